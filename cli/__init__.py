@@ -1,0 +1,1 @@
+"""The `ascend-router` console script: one sub-command per module."""
