@@ -1,0 +1,1 @@
+"""Typed configuration models and the Ray Serve YAML files that use them."""

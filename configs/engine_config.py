@@ -1,0 +1,48 @@
+"""Engine settings (the `engine` section of a model deployment)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GiB = 1 << 30
+
+
+class EngineConfig(BaseModel):
+    """How one engine replica batches, caches and computes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="Weights/activations dtype. `auto` = float32 on CPU, bfloat16 on NPU/CUDA.",
+    )
+    block_size: int = Field(16, gt=0, le=1024, description="Tokens per KV-cache block.")
+    kv_cache_memory_bytes: int = Field(
+        512 << 20,
+        gt=0,
+        description=(
+            "CPU only: bytes of host memory for this replica's KV cache (every replica and Ray "
+            "share host memory, so the budget is explicit). Default 512 MiB."
+        ),
+    )
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="NPU/CUDA: fraction of device memory the replica may use (weights+KV+acts).",
+    )
+    num_kv_blocks: int | None = Field(
+        None, gt=0, description="Hand-set KV block count; overrides the memory-derived one."
+    )
+    max_num_seqs: int = Field(64, gt=0, description="Sequences in the running batch at most.")
+    max_num_batched_tokens: int = Field(
+        2048, gt=0, description="Tokens per engine step at most (prefill chunks + decodes)."
+    )
+    max_model_len: int | None = Field(
+        None, gt=0, description="Context length in tokens; default: the checkpoint's."
+    )
+    num_threads: int | None = Field(
+        None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."
+    )

@@ -1,0 +1,152 @@
+"""`/v1/completions` (legacy) on one model: prompts, echo, logprobs, responses and chunks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from deployments.choices import ChoiceDelta, merge_choices, run_choice
+from deployments.logprobs import append_completion_logprobs
+from deployments.prompts import completion_prompts, sampling_params
+from deployments.protocol.errors import OpenAIError
+from deployments.protocol.requests import CompletionRequest
+from deployments.protocol.responses import (
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    Usage,
+)
+from engine.async_engine import AsyncEngine
+
+
+class CompletionHandler:
+    """Serves legacy completions for one model. Choice `p * n + i` is sample `i` of prompt `p`.
+
+    Args:
+        engine: the replica's engine.
+        tokenizer: the checkpoint's tokenizer.
+        model_id: the id reported in responses.
+    """
+
+    def __init__(self, engine: AsyncEngine, tokenizer: Any, model_id: str) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+
+    def _choices(
+        self, request: CompletionRequest
+    ) -> tuple[list[list[int]], AsyncIterator[ChoiceDelta]]:
+        if request.suffix:
+            raise OpenAIError("suffix is not supported", param="suffix")
+        n = request.n or 1
+        if request.best_of is not None and request.best_of != n:
+            raise OpenAIError("best_of must equal n (or be omitted)", param="best_of")
+        prompts = completion_prompts(self.tokenizer, request)
+        vocab = self.engine.engine.vocab_size
+        streams = []
+        for p, prompt in enumerate(prompts):
+            bad = [t for t in prompt if not 0 <= t < vocab]
+            if bad:
+                raise OpenAIError(
+                    f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})",
+                    param="prompt",
+                )
+            for i in range(n):
+                params = sampling_params(request, len(prompt), self.engine.max_model_len, vocab, i)
+                self.engine.check_request(prompt, params)
+                streams.append(
+                    run_choice(
+                        self.engine, self.tokenizer, p * n + i, prompt, params, request.stop_list()
+                    )
+                )
+        return prompts, merge_choices(streams)
+
+    def _echo(self, prompt: list[int]) -> str:
+        return self.tokenizer.decode(prompt, skip_special_tokens=False)
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Non-streamed completion: the streamed chunks, joined."""
+        choices: dict[int, CompletionChoice] = {}
+        usage = Usage.of(0, 0)
+        prompts, choices = self._choices(request)
+        async for chunk in self._chunks(request, prompts, choices, usage_chunk=True):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for c in chunk.choices:
+                prev = choices.setdefault(c.index, CompletionChoice(index=c.index, text=""))
+                prev.text += c.text
+                prev.finish_reason = c.finish_reason or prev.finish_reason
+                if c.logprobs is not None:
+                    lp = prev.logprobs or CompletionLogprobs()
+                    lp.tokens += c.logprobs.tokens
+                    lp.token_logprobs += c.logprobs.token_logprobs
+                    lp.top_logprobs += c.logprobs.top_logprobs
+                    lp.text_offset += c.logprobs.text_offset
+                    prev.logprobs = lp
+        return Completion(
+            id=f"cmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self.model_id,
+            choices=[choices[i] for i in sorted(choices)],
+            usage=usage,
+        )
+
+    def stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        """Streamed completion (one `text_completion` object per chunk, usage last).
+
+        Raises:
+            OpenAIError: invalid request, before the first chunk.
+        """
+        prompts, choices = self._choices(request)
+        include = bool(request.stream_options and request.stream_options.include_usage)
+        return self._chunks(request, prompts, choices, usage_chunk=include)
+
+    async def _chunks(
+        self,
+        request: CompletionRequest,
+        prompts: list[list[int]],
+        choices: AsyncIterator[ChoiceDelta],
+        usage_chunk: bool,
+    ) -> AsyncIterator[Completion]:
+        cid = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        n = request.n or 1
+        want_lp = request.logprobs is not None
+        offsets: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        async for d in choices:
+            counts[d.index] = d.num_output_tokens
+            text = d.text
+            lp = CompletionLogprobs() if want_lp else None
+            if d.index not in offsets:  # first delta of this choice
+                offsets[d.index] = 0
+                if request.echo:
+                    prompt = prompts[d.index // n]
+                    echo = self._echo(prompt)
+                    if lp is not None and d.prompt_logprobs is not None:
+                        append_completion_logprobs(self.tokenizer, lp, d.prompt_logprobs, 0)
+                    offsets[d.index] = len(echo)
+                    text = echo + text
+            if lp is not None:
+                offsets[d.index] = append_completion_logprobs(
+                    self.tokenizer, lp, d.logprobs, offsets[d.index]
+                )
+            if not text and d.finish_reason is None and not (lp and lp.tokens):
+                continue
+            yield Completion(
+                id=cid, created=created, model=self.model_id,
+                choices=[
+                    CompletionChoice(
+                        index=d.index, text=text, logprobs=lp, finish_reason=d.finish_reason
+                    )
+                ],
+            )
+        if not usage_chunk:
+            return
+        prompt_tokens = sum(len(p) for p in prompts)
+        yield Completion(
+            id=cid, created=created, model=self.model_id, choices=[],
+            usage=Usage.of(prompt_tokens, sum(counts.values())),
+        )

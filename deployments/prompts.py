@@ -1,0 +1,137 @@
+"""Requests -> prompt token ids: chat templates, completions prompts, sampling parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.protocol.errors import OpenAIError
+from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from engine.sampling_params import SamplingParams
+
+
+def render_chat(tokenizer: Any, request: ChatCompletionRequest) -> list[int]:
+    """Apply the tokenizer's chat template and tokenise.
+
+    A trailing assistant message is continued (assistant prefill) unless
+    `continue_final_message` is false; otherwise the generation prompt is added.
+
+    Raises:
+        OpenAIError: 400 for unsupported content parts or a template failure.
+    """
+    messages: list[dict[str, Any]] = []
+    for i, m in enumerate(request.messages):
+        try:
+            text = m.text()
+        except ValueError as exc:
+            raise OpenAIError(str(exc), param=f"messages.{i}.content") from None
+        msg: dict[str, Any] = {"role": m.role, "content": text}
+        if m.name:
+            msg["name"] = m.name
+        if m.tool_calls:
+            msg["tool_calls"] = m.tool_calls
+        if m.tool_call_id:
+            msg["tool_call_id"] = m.tool_call_id
+        messages.append(msg)
+    prefill = messages[-1]["role"] == "assistant" and request.continue_final_message is not False
+    try:
+        text = tokenizer.apply_chat_template(
+            messages,
+            tools=request.tools or None,
+            tokenize=False,
+            add_generation_prompt=not prefill,
+            continue_final_message=prefill,
+        )
+    except Exception as exc:  # jinja errors raised by the model's own template
+        raise OpenAIError(f"the chat template rejected the messages: {exc}", param="messages")
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def completion_prompts(tokenizer: Any, request: CompletionRequest) -> list[list[int]]:
+    """The legacy `prompt` field as one token list per prompt.
+
+    Raises:
+        OpenAIError: 400 for an empty prompt.
+    """
+    p = request.prompt
+    if isinstance(p, str):
+        prompts: list[str | list[int]] = [p]
+    elif p and all(isinstance(x, int) for x in p):
+        prompts = [list(p)]  # type: ignore[arg-type]
+    else:
+        prompts = list(p)  # type: ignore[arg-type]
+    if not prompts:
+        raise OpenAIError("prompt must not be empty", param="prompt")
+    out = []
+    for item in prompts:
+        ids = tokenizer.encode(item, add_special_tokens=False) if isinstance(item, str) else item
+        if not ids:
+            raise OpenAIError("prompt must not be empty", param="prompt")
+        out.append(list(ids))
+    return out
+
+
+def sampling_params(
+    request: ChatCompletionRequest | CompletionRequest,
+    prompt_len: int,
+    max_model_len: int,
+    vocab_size: int,
+    choice_index: int = 0,
+) -> SamplingParams:
+    """Engine sampling parameters for one choice of a request.
+
+    `max_tokens` defaults to the rest of the context (vLLM behaviour); a seeded request with
+    `n > 1` seeds choice `i` with `seed + i` so the choices differ but stay reproducible.
+
+    Raises:
+        OpenAIError: 400 naming the field for a prompt that fills the context, a `max_tokens`
+            beyond it, or a `logit_bias` token outside the vocabulary.
+    """
+    limit = request.output_limit()
+    param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
+    if prompt_len >= max_model_len:
+        raise OpenAIError(
+            f"this model's maximum context length is {max_model_len} tokens, but the prompt "
+            f"has {prompt_len} tokens: shorten the prompt",
+            param="messages" if isinstance(request, ChatCompletionRequest) else "prompt",
+            code="context_length_exceeded",
+        )
+    if limit is None:
+        limit = max_model_len - prompt_len
+    elif prompt_len + limit > max_model_len:
+        raise OpenAIError(
+            f"this model's maximum context length is {max_model_len} tokens; the prompt has "
+            f"{prompt_len} tokens and {param}={limit} ({prompt_len + limit} in all): lower "
+            f"{param} to at most {max_model_len - prompt_len}",
+            param=param,
+            code="context_length_exceeded",
+        )
+    bias: dict[int, float] = {}
+    for key, value in (request.logit_bias or {}).items():
+        tid = int(key)
+        if not 0 <= tid < vocab_size:
+            raise OpenAIError(
+                f"logit_bias token id {tid} is outside the vocabulary [0, {vocab_size})",
+                param="logit_bias",
+            )
+        bias[tid] = value
+    if isinstance(request, ChatCompletionRequest):
+        logprobs = (request.top_logprobs or 0) if request.logprobs else None
+        prompt_lp = None
+    else:
+        logprobs = request.logprobs
+        prompt_lp = request.logprobs if request.echo and request.logprobs is not None else None
+    seed = None if request.seed is None else request.seed + choice_index
+    return SamplingParams(
+        max_tokens=limit,
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        top_k=request.top_k or 0,
+        seed=seed,
+        stop_token_ids=tuple(request.stop_token_ids or ()),
+        ignore_eos=bool(request.ignore_eos),
+        logprobs=logprobs,
+        prompt_logprobs=prompt_lp,
+        logit_bias=bias,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+    )

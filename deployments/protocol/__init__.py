@@ -1,0 +1,1 @@
+"""The OpenAI protocol (pydantic request/response models), shared by router, deployments, tests."""

@@ -1,0 +1,72 @@
+"""OpenAI error objects and the exception that carries one.
+
+Body format from the OpenAI API reference ("Error codes"):
+`{"error": {"message": str, "type": str, "param": str | null, "code": str | null}}`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class ErrorDetail(BaseModel):
+    """The inner error object."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """An error as returned over HTTP; `status_code` is not part of the body."""
+
+    error: ErrorDetail
+    status_code: int = 400
+
+    def body(self) -> dict[str, object]:
+        """The JSON body (without the HTTP status)."""
+        return {"error": self.error.model_dump()}
+
+
+class OpenAIError(Exception):
+    """A request that cannot be served, with its HTTP status and OpenAI error fields.
+
+    Args:
+        message: what is wrong and how to fix it.
+        status_code: HTTP status (4xx for client errors).
+        param: the request field at fault, e.g. `messages` or `max_tokens`.
+        code: machine-readable code, e.g. `model_not_found`, `context_length_exceeded`.
+        type: OpenAI error type; derived from `status_code` when omitted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,  # noqa: A002 - OpenAI's field name
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.param = param
+        self.code = code
+        self.type = type or _type_for(status_code)
+
+    def response(self) -> ErrorResponse:
+        """This error as a response object."""
+        detail = ErrorDetail(message=str(self), type=self.type, param=self.param, code=self.code)
+        return ErrorResponse(error=detail, status_code=self.status_code)
+
+
+def _type_for(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 404:
+        return "invalid_request_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "server_error" if status != 503 else "service_unavailable_error"
+    return "invalid_request_error"

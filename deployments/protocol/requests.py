@@ -1,0 +1,144 @@
+"""OpenAI request bodies for `/v1/chat/completions` and `/v1/completions`.
+
+Field names, types and ranges follow the OpenAI API reference (Chat Completions and legacy
+Completions). Explicit JSON `null` means "use the default" for every optional field, and
+unknown fields are ignored, as OpenAI does. A few vLLM extensions are accepted
+(`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Base):
+    """A `{"type": "text", "text": ...}` content part."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(_Base):
+    """An image content part (recognised so it can be refused with a clear error)."""
+
+    type: Literal["image_url", "input_audio", "file"]
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ChatMessage(_Base):
+    """One message of the conversation."""
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        """The content as plain text (text parts joined); '' when there is none.
+
+        Raises:
+            ValueError: a non-text part (images, audio, files are not supported).
+        """
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        texts = []
+        for part in self.content:
+            if not isinstance(part, TextPart):
+                raise ValueError(f"content parts of type {part.type!r} are not supported")
+            texts.append(part.text)
+        return "".join(texts)
+
+
+class StreamOptions(_Base):
+    """`stream_options`."""
+
+    include_usage: bool | None = None
+
+
+class _SamplingFields(_Base):
+    """Fields shared by chat and legacy completions."""
+
+    model: str | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    n: int | None = Field(None, ge=1, le=16)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 16:
+            raise ValueError("at most 16 stop sequences")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (v or {}).items():
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias key {key!r} is not a token id")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias value {bias} for token {key} is outside [-100, 100]")
+        return v
+
+    def stop_list(self) -> list[str]:
+        """Stop strings as a list (empty strings dropped)."""
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return [s for s in stops if s]
+
+
+class ChatCompletionRequest(_SamplingFields):
+    """Body of `POST /v1/chat/completions`."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    continue_final_message: bool | None = None
+
+    def output_limit(self) -> int | None:
+        """`max_completion_tokens` wins over the deprecated `max_tokens` (vLLM behaviour)."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_SamplingFields):
+    """Body of `POST /v1/completions` (legacy)."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = None
+    logprobs: int | None = Field(None, ge=0, le=20)
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
+
+    def output_limit(self) -> int | None:
+        """`max_tokens`."""
+        return self.max_tokens

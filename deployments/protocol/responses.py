@@ -1,0 +1,162 @@
+"""OpenAI response bodies and stream chunks.
+
+Shapes follow the OpenAI API reference: `chat.completion`, `chat.completion.chunk` and the
+legacy `text_completion` object. `created` is integer Unix seconds. In stream deltas and
+messages, optional extension fields (`reasoning_content`, `tool_calls`, `role` after the first
+delta) are left out rather than sent as null, because SDK accumulators concatenate them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_serializer
+
+
+class Usage(BaseModel):
+    """Token counts: total = prompt + completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt: int, completion: int) -> Usage:
+        """Build from prompt and completion counts."""
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+class _DropNone(BaseModel):
+    """Serialises without keys whose value is None, except those in `_keep`."""
+
+    _keep: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k in self._keep}
+
+
+class TopLogprob(BaseModel):
+    """One alternative token."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    """A generated token with its alternatives."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    """`choices[].logprobs` of a chat response."""
+
+    content: list[ChatTokenLogprob] | None = None
+
+
+class AssistantMessage(_DropNone):
+    """`choices[].message`; `content` is always present (null when only tool calls)."""
+
+    _keep = ("content",)
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(BaseModel):
+    """One choice of a chat completion."""
+
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletion(BaseModel):
+    """Body of a non-streamed chat completion."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class DeltaMessage(_DropNone):
+    """`choices[].delta` of a chunk."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChunkChoice(BaseModel):
+    """One choice of a chat stream chunk."""
+
+    index: int
+    delta: DeltaMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One server-sent event of a streamed chat completion."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    """Legacy `logprobs` object of `/v1/completions`; the first echoed prompt token is null."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    """One choice of a legacy completion (also used, partially filled, in stream chunks)."""
+
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class Completion(BaseModel):
+    """Body of a legacy completion, and of each of its stream chunks."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    """One entry of `GET /v1/models`."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "ascend-router"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    """Body of `GET /v1/models`."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

@@ -1,0 +1,1 @@
+"""Inference engine: continuous batching over a paged KV cache, on HF `transformers` models."""

@@ -1,0 +1,96 @@
+"""Paged attention plugged into `transformers` through its attention-function registry.
+
+The model runner flattens every scheduled sequence into one batch of `T` tokens (batch
+dimension 1, no padding). Before the forward pass it publishes an `AttentionMetadata`; each
+attention layer then writes its new K/V into the paged cache at `slot_mapping` and attends over
+the context gathered through the block tables, with a mask that keeps sequences apart and
+causal. Registration follows transformers' `AttentionInterface` (transformers
+`modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+ATTENTION_NAME = "ascend_paged"
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Per-step inputs of paged attention.
+
+    Attributes:
+        slot_mapping: `[T]` int64, cache slot of each new token.
+        context_slots: `[C]` int64, cache slots of every context token of every sequence
+            (sequences concatenated), new tokens included.
+        mask: `[1, 1, T, C]` bool, True where a query token may attend a context token.
+        kv_caches: per layer, `(k_cache, v_cache)` of shape
+            `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ).
+    """
+
+    slot_mapping: torch.Tensor
+    context_slots: torch.Tensor
+    mask: torch.Tensor
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+_local = threading.local()
+
+
+class attention_context:  # noqa: N801 - used as a context manager, like torch.no_grad
+    """Publish `meta` to the attention function for the duration of one forward pass."""
+
+    def __init__(self, meta: AttentionMetadata) -> None:
+        self.meta = meta
+
+    def __enter__(self) -> AttentionMetadata:
+        _local.meta = self.meta
+        return self.meta
+
+    def __exit__(self, *exc: object) -> None:
+        _local.meta = None
+
+
+def paged_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Attention over the paged KV cache.
+
+    Args:
+        module: the HF attention module (its `layer_idx` selects the cache).
+        query: `[1, num_heads, T, head_dim]`.
+        key: `[1, num_kv_heads, T, head_dim]` (after rotary embedding).
+        value: `[1, num_kv_heads, T, v_head_dim]`.
+        attention_mask: ignored; the mask comes from `AttentionMetadata`.
+        scaling: softmax scale (defaults to `head_dim ** -0.5`).
+
+    Returns:
+        `([1, T, num_heads, v_head_dim], None)`, the layout transformers expects.
+    """
+    meta: AttentionMetadata | None = getattr(_local, "meta", None)
+    assert meta is not None, "paged_attention called outside attention_context"
+    k_cache, v_cache = meta.kv_caches[module.layer_idx]
+    k_cache.index_copy_(0, meta.slot_mapping, key[0].transpose(0, 1).to(k_cache.dtype))
+    v_cache.index_copy_(0, meta.slot_mapping, value[0].transpose(0, 1).to(v_cache.dtype))
+    k = k_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
+    v = v_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
+    out = F.scaled_dot_product_attention(
+        query, k.to(query.dtype), v.to(query.dtype), attn_mask=meta.mask, scale=scaling,
+        enable_gqa=query.shape[1] != k.shape[1],
+    )
+    return out.transpose(1, 2), None
+
+
+AttentionInterface.register(ATTENTION_NAME, paged_attention)

@@ -1,0 +1,270 @@
+"""The engine: `step()` = schedule -> execute -> sample -> update.
+
+Synchronous and single-threaded; `engine.async_engine` drives it from a background thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from configs.engine_config import EngineConfig
+from engine.block_manager import BlockManager
+from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
+from engine.model_runner import ModelRunner
+from engine.outputs import RequestOutput, TokenLogprob
+from engine.sampler import prompt_logprobs, sample
+from engine.sampling_params import SamplingParams
+from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from engine.sequence import Sequence
+from npu_ops.platform import DeviceKind, current_platform
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's load, for metrics and routing."""
+
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_free_blocks: int
+    num_blocks: int
+    num_preemptions: int
+
+
+def resolve_dtype(name: str, kind: DeviceKind) -> torch.dtype:
+    """Map a config dtype name to torch; `auto` is float32 on CPU, bfloat16 elsewhere."""
+    if name == "auto":
+        return torch.float32 if kind is DeviceKind.CPU else torch.bfloat16
+    return getattr(torch, name)
+
+
+class LLMEngine:
+    """Continuous-batching engine for one model replica.
+
+    Args:
+        checkpoint: path of a `.gguf` file or a checkpoint directory.
+        config: engine settings.
+
+    Raises:
+        ValueError: the checkpoint cannot be found or loaded, or the KV budget is too small
+            for one sequence of `max_model_len` tokens.
+    """
+
+    def __init__(self, checkpoint: str, config: EngineConfig) -> None:
+        platform = current_platform()
+        if config.num_threads and platform.kind is DeviceKind.CPU:
+            torch.set_num_threads(config.num_threads)
+        self.config = config
+        ref = CheckpointRef.from_path(checkpoint)
+        self.hf_config = load_config(ref)
+        self.dtype = resolve_dtype(config.dtype, platform.kind)
+        self.device = platform.device()
+        model = load_model(ref, self.dtype, self.device)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.eos_token_ids = eos_token_ids(ref, self.hf_config)
+        self.max_model_len = config.max_model_len or int(
+            getattr(self.hf_config, "max_position_embeddings", 2048)
+        )
+        spec = KVCacheSpec.from_config(self.hf_config, self.dtype)
+        num_blocks = self._num_blocks(spec)
+        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
+        )
+        caches = allocate_kv_caches(spec, num_blocks, config.block_size, self.device)
+        self.runner = ModelRunner(model, caches, config.block_size, self.device)
+        self._seqs: dict[str, Sequence] = {}
+        self._arrivals = itertools.count()
+
+    def _num_blocks(self, spec: KVCacheSpec) -> int:
+        cfg = self.config
+        per_block = spec.bytes_per_block(cfg.block_size)
+        if cfg.num_kv_blocks is not None:
+            num_blocks = cfg.num_kv_blocks
+            source = "num_kv_blocks (hand-set)"
+        else:
+            num_blocks = cfg.kv_cache_memory_bytes // per_block
+            source = f"kv_cache_memory_bytes={cfg.kv_cache_memory_bytes}"
+        tokens = num_blocks * cfg.block_size
+        logger.info(
+            "KV cache: %s; %d bytes/token, %d bytes/block (block_size=%d) -> %d blocks, "
+            "%d tokens, %.2f sequences at max_model_len=%d",
+            source, spec.bytes_per_token(), per_block, cfg.block_size, num_blocks, tokens,
+            tokens / self.max_model_len, self.max_model_len,
+        )
+        if tokens < self.max_model_len:
+            raise ValueError(
+                f"KV cache holds {tokens} tokens ({num_blocks} blocks of {cfg.block_size}), "
+                f"fewer than one sequence of max_model_len={self.max_model_len}: raise "
+                f"kv_cache_memory_bytes above {self.max_model_len * spec.bytes_per_token()} "
+                "bytes or lower max_model_len"
+            )
+        return num_blocks
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Validate a request before it is queued.
+
+        Raises:
+            ValueError: empty prompt, a token id outside the vocabulary, or prompt plus
+                `max_tokens` beyond `max_model_len`.
+        """
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})"
+            )
+        total = len(prompt_token_ids) + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(
+                f"this model's maximum context length is {self.max_model_len} tokens; the "
+                f"request has {len(prompt_token_ids)} prompt tokens and max_tokens="
+                f"{params.max_tokens} ({total} in all): shorten the prompt or lower max_tokens"
+            )
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> None:
+        """Queue a request (validated with `check_request`)."""
+        self.check_request(prompt_token_ids, params)
+        assert request_id not in self._seqs, f"duplicate request id {request_id}"
+        seq = Sequence(request_id, list(prompt_token_ids), params, next(self._arrivals))
+        if params.seed is not None:
+            seq.generator = torch.Generator().manual_seed(params.seed)
+        self._seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its blocks; False if it is unknown or already finished."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.remove(seq)
+        return True
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is queued or running."""
+        return bool(self._seqs)
+
+    def stats(self) -> EngineStats:
+        """Current load figures."""
+        bm = self.block_manager
+        return EngineStats(
+            len(self.scheduler.running), len(self.scheduler.waiting), bm.usage(),
+            bm.num_free_blocks, bm.num_blocks, self.scheduler.num_preemptions,
+        )
+
+    # ---- the step -------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one engine iteration; returns the new tokens of every sampled request.
+
+        If the forward pass raises, every request in the batch ends with finish reason
+        `error` (blocks freed) and the engine keeps serving the rest.
+        """
+        batch = self.scheduler.schedule()
+        if not batch.scheduled:
+            return []
+        try:
+            return self._run(batch)
+        except Exception as exc:  # a failed step must not leak blocks or hang callers
+            logger.exception("engine step failed")
+            outs = []
+            for s in batch.scheduled:
+                self.abort(s.seq.request_id)
+                outs.append(self._output(s.seq, (), True, "error", error=repr(exc)))
+            return outs
+
+    def _rows(
+        self, batch: SchedulerOutput
+    ) -> tuple[list[int], list[tuple[ScheduledSeq, int, int]]]:
+        """Flattened-batch rows needing logits: prompt-logprob rows first, then sampling rows."""
+        rows: list[int] = []
+        prompt_spans: list[tuple[ScheduledSeq, int, int]] = []
+        offset = 0
+        for s in batch.scheduled:
+            seq = s.seq
+            n_prompt_rows = 0
+            if seq.params.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
+                # rows at prompt positions p (< num_prompt - 1) predict prompt token p + 1
+                stop = min(seq.num_computed_tokens + s.num_new_tokens, seq.num_prompt_tokens - 1)
+                n_prompt_rows = max(0, stop - seq.num_computed_tokens)
+                prompt_spans.append((s, len(rows), n_prompt_rows))
+                rows.extend(range(offset, offset + n_prompt_rows))
+            offset += s.num_new_tokens
+        for_sampling = []
+        offset = 0
+        for s in batch.scheduled:
+            offset += s.num_new_tokens
+            if s.sample:
+                for_sampling.append(offset - 1)
+        return rows + for_sampling, prompt_spans
+
+    def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
+        rows, prompt_spans = self._rows(batch)
+        logits = self.runner.execute(batch, torch.tensor(rows, dtype=torch.long))
+        n_prompt_rows = sum(n for _, _, n in prompt_spans)
+        for s, first, n in prompt_spans:
+            seq = s.seq
+            start = seq.num_computed_tokens
+            nxt = seq.prompt_token_ids[start + 1 : start + 1 + n]
+            entries = prompt_logprobs(logits[first : first + n], nxt, seq.params.prompt_logprobs)
+            # after a preemption the prompt is recomputed: keep only positions not yet seen
+            seq.prompt_logprobs.extend(entries[len(seq.prompt_logprobs) - start :])
+        sampling = [s for s in batch.scheduled if s.sample]
+        for s in batch.scheduled:
+            s.seq.num_computed_tokens += s.num_new_tokens
+        if not sampling:
+            return []
+        tokens, logprobs = sample(logits[n_prompt_rows:], [s.seq for s in sampling])
+        return [
+            self._append(s.seq, tok, lp) for s, tok, lp in zip(sampling, tokens, logprobs)
+        ]
+
+    def _append(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> RequestOutput:
+        seq.output_token_ids.append(token)
+        p = seq.params
+        reason = None
+        if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+            reason = "stop"
+        elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            reason = "length"
+        if reason is not None:
+            self.abort(seq.request_id)
+        return self._output(seq, (token,), reason is not None, reason, lp)
+
+    def _output(
+        self,
+        seq: Sequence,
+        tokens: tuple[int, ...],
+        finished: bool,
+        reason: str | None,
+        lp: TokenLogprob | None = None,
+        error: str | None = None,
+    ) -> RequestOutput:
+        prompt_lps = None
+        if seq.params.prompt_logprobs is not None and not seq.prompt_logprobs_sent and tokens:
+            first = TokenLogprob(seq.prompt_token_ids[0], None, ())
+            prompt_lps = (first, *seq.prompt_logprobs)
+            seq.prompt_logprobs_sent = True
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=tokens,
+            finished=finished,
+            finish_reason=reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=len(seq.output_token_ids),
+            logprobs=(lp,) if lp is not None else None,
+            prompt_logprobs=prompt_lps,
+            error=error,
+        )

@@ -1,0 +1,48 @@
+"""What the engine hands back after each step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of one chosen token plus the top alternatives.
+
+    Attributes:
+        token_id: the chosen (or prompt) token.
+        logprob: its natural-log probability under the model's distribution, or None for the
+            first prompt token (nothing precedes it).
+        top: (token_id, logprob) pairs of the most likely tokens, most likely first.
+    """
+
+    token_id: int
+    logprob: float | None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """New tokens for one request from one engine step.
+
+    Attributes:
+        request_id: the id given to `add_request`.
+        new_token_ids: tokens generated in this step (usually one).
+        logprobs: one entry per new token when logprobs were asked for.
+        prompt_logprobs: one entry per prompt token, sent once with the first token.
+        finished: True on the request's last output.
+        finish_reason: `stop`, `length` or `abort` when finished; None otherwise.
+        num_prompt_tokens: prompt length in tokens.
+        num_output_tokens: tokens generated so far, this step included.
+        error: set when the request failed inside the engine (finish_reason is `error`).
+    """
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None
+    error: str | None = None

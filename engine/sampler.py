@@ -1,0 +1,110 @@
+"""Turns logits into tokens for the whole batch at once.
+
+Order of processing (as in vLLM's sampler): logit bias, presence/frequency penalties (OpenAI
+API reference, "Parameter details"), logprobs of the processed distribution, then temperature,
+top-k and top-p (Holtzman et al., 2019) for sampled rows. Sampling uses the exponential race
+(`argmax(p / q)`, `q ~ Exp(1)`), which draws from `p` and lets seeded rows use their own RNG.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.outputs import TokenLogprob
+from engine.sequence import Sequence
+
+
+def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:
+    vocab = logits.shape[-1]
+    for i, seq in enumerate(seqs):
+        p = seq.params
+        if p.logit_bias:
+            ids = torch.tensor(list(p.logit_bias), device=logits.device)
+            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), device=logits.device)
+        if (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids:
+            out = torch.tensor(seq.output_token_ids, device=logits.device)
+            counts = torch.bincount(out, minlength=vocab).to(logits.dtype)
+            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) tokens outside each row's top-k and top-p sets; keeps the best token."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    vocab = logits.shape[-1]
+    ranks = torch.arange(vocab, device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k, vocab)[:, None]
+    drop = ranks >= k
+    probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass strictly before each token
+    drop |= (before >= top_p[:, None]) & (ranks > 0)
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def _logprob_entries(
+    logprobs: torch.Tensor, chosen: torch.Tensor, num_top: int
+) -> list[tuple[float, list[tuple[int, float]]]]:
+    top_vals, top_ids = logprobs.topk(max(num_top, 1), dim=-1)
+    chosen_lp = logprobs.gather(-1, chosen[:, None])[:, 0].tolist()
+    top = [list(zip(i, v)) for i, v in zip(top_ids.tolist(), top_vals.tolist())]
+    return list(zip(chosen_lp, top))
+
+
+def sample(
+    logits: torch.Tensor, seqs: list[Sequence]
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    """Pick one token per row.
+
+    Args:
+        logits: `[N, vocab_size]` float32, one row per sequence in `seqs` (modified in place).
+        seqs: the sequences being sampled, in row order.
+
+    Returns:
+        The chosen token ids and, per row, a `TokenLogprob` when the request asked for
+        logprobs (else None).
+    """
+    _apply_penalties(logits, seqs)
+    params = [s.params for s in seqs]
+    greedy = torch.tensor([p.greedy for p in params], device=logits.device)
+    chosen = logits.argmax(dim=-1)
+    if not bool(greedy.all()):
+        temps = torch.tensor([max(p.temperature, 1e-5) for p in params], device=logits.device)
+        scaled = logits / temps[:, None]
+        top_k = torch.tensor([p.top_k for p in params], device=logits.device)
+        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        if bool((top_k > 0).any() or (top_p < 1.0).any()):
+            scaled = _top_k_top_p(scaled, top_k, top_p)
+        probs = scaled.softmax(dim=-1)
+        q = torch.empty_like(probs).exponential_()
+        for i, seq in enumerate(seqs):
+            if seq.generator is not None and not params[i].greedy:
+                q[i] = torch.empty(probs.shape[-1]).exponential_(generator=seq.generator)
+        chosen = torch.where(greedy, chosen, (probs / q).argmax(dim=-1))
+    token_ids = chosen.tolist()
+    want = [p.logprobs for p in params]
+    entries: list[TokenLogprob | None] = [None] * len(seqs)
+    if any(w is not None for w in want):
+        lp = logits.log_softmax(dim=-1)
+        num_top = max(w or 0 for w in want)
+        for i, (chosen_lp, top) in enumerate(_logprob_entries(lp, chosen, num_top)):
+            if want[i] is not None:
+                entries[i] = TokenLogprob(token_ids[i], chosen_lp, tuple(top[: want[i]]))
+    return token_ids, entries
+
+
+def prompt_logprobs(
+    logits: torch.Tensor, next_ids: list[int], num_top: int
+) -> list[TokenLogprob]:
+    """Logprobs of prompt tokens from the logits of the positions before them.
+
+    Args:
+        logits: `[P, vocab_size]` float32, row `j` = logits at prompt position `j`.
+        next_ids: the prompt token at position `j + 1` for each row.
+        num_top: alternatives to keep per token.
+    """
+    lp = logits.log_softmax(dim=-1)
+    chosen = torch.tensor(next_ids, device=logits.device)
+    return [
+        TokenLogprob(tid, clp, tuple(top[:num_top]))
+        for tid, (clp, top) in zip(next_ids, _logprob_entries(lp, chosen, num_top))
+    ]

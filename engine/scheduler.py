@@ -1,0 +1,134 @@
+"""Continuous-batching scheduler with a per-step token budget and recompute preemption.
+
+Each step, running sequences go first (one decode token each, or the next chunk of a prompt
+still in prefill), then waiting sequences are admitted while the token budget
+(`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the free KV blocks allow.
+Prompts longer than the remaining budget are prefilled in chunks over several steps. When a
+running sequence needs a block and none is free, the newest running sequence is preempted:
+its blocks are freed and it goes back to the front of the waiting queue to be recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    """One sequence's share of a step.
+
+    Attributes:
+        seq: the sequence.
+        num_new_tokens: tokens whose KV is computed in this step (starting at
+            `seq.num_computed_tokens`).
+        sample: whether a token is sampled after this step (the chunk reaches the end of the
+            known tokens).
+    """
+
+    seq: Sequence
+    num_new_tokens: int
+    sample: bool
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """The batch for one step; `scheduled` is empty when there is nothing to run."""
+
+    scheduled: tuple[ScheduledSeq, ...]
+    num_preempted: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the flattened batch."""
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    """Decides which sequences run in each step.
+
+    Args:
+        block_manager: KV block allocator.
+        max_num_seqs: running sequences at most.
+        max_num_batched_tokens: tokens per step at most (prefill chunks plus decodes).
+    """
+
+    def __init__(
+        self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence."""
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        """Whether any sequence is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take `seq` out of the queues and free its blocks (finish or abort)."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def schedule(self) -> SchedulerOutput:
+        """Build the next step's batch."""
+        budget = self.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted = 0
+        # Oldest first, so preemption (which takes the newest) spares the oldest requests.
+        self.running.sort(key=lambda s: s.arrival)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            target = seq.num_computed_tokens + n
+            while not self.block_manager.ensure_capacity(seq, target):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted += 1
+                if victim is seq:
+                    break
+            if seq.status is not SequenceStatus.RUNNING:
+                break
+            scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
+            budget -= n
+            i += 1
+        # Freshly preempted work waits until the cache has room again.
+        while (
+            not preempted
+            and self.waiting
+            and budget > 0
+            and len(self.running) < self.max_num_seqs
+        ):
+            seq = self.waiting[0]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            target = seq.num_computed_tokens + n
+            if not self.block_manager.ensure_capacity(seq, target):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
+            budget -= n
+        return SchedulerOutput(tuple(scheduled), preempted)

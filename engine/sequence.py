@@ -1,0 +1,63 @@
+"""State of one request inside the engine."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.outputs import TokenLogprob
+from engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    """Where a sequence is in its life."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request's tokens, KV blocks and progress.
+
+    Attributes:
+        request_id: caller-chosen id.
+        prompt_token_ids: the prompt, in tokens.
+        params: sampling parameters.
+        arrival: monotonically increasing arrival number (lower = older = higher priority).
+        output_token_ids: generated tokens so far.
+        block_table: KV-cache block ids holding this sequence's tokens, in order.
+        num_computed_tokens: tokens whose KV is already in the cache.
+        generator: a seeded RNG when the request has a seed.
+        prompt_logprobs: logprobs of prompt tokens 1.. collected so far (prefill may be chunked).
+        prompt_logprobs_sent: whether they went out with the first output.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival: int
+    output_token_ids: list[int] = field(default_factory=list)
+    block_table: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    status: SequenceStatus = SequenceStatus.WAITING
+    generator: torch.Generator | None = None
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Prompt length in tokens."""
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def token_ids(self) -> list[int]:
+        """All tokens: prompt then output."""
+        return self.prompt_token_ids + self.output_token_ids

@@ -1,0 +1,1 @@
+"""The router: OpenAI-compatible HTTP ingress and the routing policy."""

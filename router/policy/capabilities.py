@@ -1,0 +1,60 @@
+"""Whether a model can serve a request at all, whatever the rules say."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.policy.config import ModelCapabilities
+    from router.policy.features import RequestFeatures
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a model cannot serve a request.
+
+    Attributes:
+        param: The request field at fault (OpenAI error `param`), e.g. `"max_tokens"`.
+        reason: Human-readable explanation with the numbers involved.
+    """
+
+    param: str
+    reason: str
+
+
+def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Rejection | None:
+    """Check a request against one model's capabilities.
+
+    The context check uses the estimated prompt tokens: prompt + `max_tokens` must fit in
+    `context_length`; without `max_tokens`, the prompt must leave room for one token.
+
+    Args:
+        features: The request's features.
+        caps: The model's capabilities.
+
+    Returns:
+        `None` when the model can serve the request, else the first failed check.
+    """
+    prompt = features.estimated_prompt_tokens
+    if prompt >= caps.context_length:
+        return Rejection(
+            features.input_field,
+            f"prompt of ~{prompt} tokens does not fit the {caps.context_length}-token context",
+        )
+    if features.max_tokens is not None and prompt + features.max_tokens > caps.context_length:
+        return Rejection(
+            "max_tokens",
+            f"prompt of ~{prompt} tokens + max_tokens {features.max_tokens} exceeds the "
+            f"{caps.context_length}-token context",
+        )
+    if features.has_tools and not caps.supports_tools:
+        return Rejection("tools", "does not support tools")
+    if features.response_format != "text" and not caps.supports_structured_output:
+        return Rejection(
+            "response_format",
+            f"does not support structured output (response_format {features.response_format})",
+        )
+    if features.stream and not caps.supports_streaming:
+        return Rejection("stream", "does not support streaming")
+    return None

@@ -1,0 +1,196 @@
+"""The declarative routing policy, as written in the router application's Serve config `args`.
+
+Example (YAML)::
+
+    aliases:
+      auto: [qwen3-8b, qwen3-32b]
+      fast: [qwen3-8b]
+    rules:
+      - name: tool-calls
+        when: {has_tools: true}
+        targets: [qwen3-32b, qwen3-8b]
+      - name: long-prompts
+        when: {prompt_tokens_gt: 24000}
+        targets: [qwen3-32b]
+        pick: least_loaded
+    default_targets: [qwen3-8b, qwen3-32b]
+
+Parsing checks shapes and types only; `PolicyConfig.validate_against` checks the policy against
+the served models and must be called once at start-up (it is what makes `decide` safe).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from router.policy.features import ResponseFormatKind, ToolChoiceKind
+from router.policy.validation import check_policy
+
+AUTO_ALIAS = "auto"
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelCapabilities(BaseModel):
+    """What one served model can do; checked before any rule."""
+
+    model_config = _FROZEN
+
+    context_length: int = Field(
+        gt=0, description="Context window in tokens (prompt plus completion)."
+    )
+    supports_tools: bool = Field(description="Whether the model can be sent `tools`.")
+    supports_structured_output: bool = Field(
+        description="Whether the model honours `response_format` `json_object`/`json_schema`."
+    )
+    supports_streaming: bool = Field(
+        default=True, description="Whether the deployment can answer with SSE streaming."
+    )
+
+
+class Condition(BaseModel):
+    """When a rule applies: every field that is set must hold; unset fields don't care.
+
+    A threshold on `temperature`, `top_p` or `max_tokens` holds only when the request sent that
+    field (the effective default belongs to the model's generation config, not to the router).
+    """
+
+    model_config = _FROZEN
+
+    model: list[str] | None = Field(
+        default=None,
+        description="Aliases the request's `model` must be one of; an omitted `model` is "
+        "`auto`. Exact model ids pin their model and skip rules, so they are not allowed here.",
+    )
+    temperature_lte: float | None = Field(
+        default=None, description="Holds when `temperature` is sent and ≤ this; in [0, 2]."
+    )
+    temperature_gte: float | None = Field(
+        default=None, description="Holds when `temperature` is sent and ≥ this; in [0, 2]."
+    )
+    top_p_lte: float | None = Field(
+        default=None, description="Holds when `top_p` is sent and ≤ this; in [0, 1]."
+    )
+    max_tokens_lte: int | None = Field(
+        default=None,
+        description="Tokens; holds when the completion limit (`max_completion_tokens`, else "
+        "`max_tokens`) is sent and ≤ this.",
+    )
+    max_tokens_gte: int | None = Field(
+        default=None, description="Tokens; holds when the completion limit is sent and ≥ this."
+    )
+    stream: bool | None = Field(default=None, description="Required value of `stream`.")
+    has_tools: bool | None = Field(
+        default=None,
+        description="Whether the request must (true) or must not (false) declare tools.",
+    )
+    tool_choice: list[ToolChoiceKind] | None = Field(
+        default=None,
+        description="Allowed `tool_choice` kinds; a named function is `named`; omitted means "
+        "`auto` with tools and `none` without.",
+    )
+    response_format: list[ResponseFormatKind] | None = Field(
+        default=None, description="Allowed `response_format.type` values; omitted is `text`."
+    )
+    prompt_tokens_gt: int | None = Field(
+        default=None, description="Holds when the estimated prompt tokens are > this."
+    )
+    prompt_tokens_lte: int | None = Field(
+        default=None, description="Holds when the estimated prompt tokens are ≤ this."
+    )
+    tenant: list[str] | None = Field(
+        default=None, description="Allowed values of the `x-ascend-router-tenant` header."
+    )
+    priority: list[str] | None = Field(
+        default=None, description="Allowed values of the `x-ascend-router-priority` header."
+    )
+
+    def constraints(self) -> dict[str, object]:
+        """The fields that are set, by name; empty for an unconditional rule."""
+        return {name: value for name, value in self if value is not None}
+
+    def describe(self) -> str:
+        """A short human-readable form, e.g. `has_tools=True, prompt_tokens_gt=8000`."""
+        parts = [f"{name}={value}" for name, value in self.constraints().items()]
+        return ", ".join(parts) if parts else "unconditional"
+
+
+class Rule(BaseModel):
+    """One routing rule: if `when` holds, route to `targets`."""
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, description="Unique name; shown in decisions and metrics.")
+    when: Condition = Field(
+        default_factory=Condition, description="Condition; omitted means always."
+    )
+    targets: list[str] = Field(
+        description="Model ids in preference order. For a request naming an alias, only the "
+        "alias's models are used; a rule none of whose targets is in the alias is skipped."
+    )
+    pick: Literal["ordered", "least_loaded"] = Field(
+        default="ordered",
+        description="`ordered` keeps `targets` order; `least_loaded` sorts the eligible targets "
+        "by in-flight plus queued requests (stable on ties).",
+    )
+
+
+class PolicyConfig(BaseModel):
+    """The whole routing policy: aliases, ordered rules (first match wins) and a default."""
+
+    model_config = _FROZEN
+
+    aliases: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Alias → model ids. `auto` (what an omitted `model` means) must be given "
+        "here or is implied by `default_targets`.",
+    )
+    rules: list[Rule] = Field(default_factory=list, description="Rules, tried in order.")
+    default_targets: list[str] | None = Field(
+        default=None,
+        description="Model ids used for `auto` when no rule matches; defaults to `aliases.auto`; "
+        "must be models of `aliases.auto` when both are given.",
+    )
+
+    @model_validator(mode="after")
+    def _require_auto(self) -> PolicyConfig:
+        if AUTO_ALIAS not in self.aliases and not self.default_targets:
+            raise ValueError(
+                "the policy needs `aliases.auto` or `default_targets`: requests that omit "
+                "`model` are routed as alias 'auto'"
+            )
+        return self
+
+    def alias_models(self, name: str) -> list[str] | None:
+        """Model ids of alias `name` (with `auto` implied by `default_targets`), or `None`."""
+        if name in self.aliases:
+            return self.aliases[name]
+        if name == AUTO_ALIAS:
+            return self.default_targets
+        return None
+
+    def alias_names(self) -> list[str]:
+        """Every alias name, `auto` included."""
+        return list(self.aliases) + ([] if AUTO_ALIAS in self.aliases else [AUTO_ALIAS])
+
+    def fallback_targets(self) -> list[str]:
+        """What `auto` routes to when no rule matches."""
+        if self.default_targets is not None:
+            return self.default_targets
+        return self.aliases[AUTO_ALIAS]
+
+    def validate_against(self, models: dict[str, ModelCapabilities]) -> None:
+        """Check the policy against the served models; call once at start-up.
+
+        Args:
+            models: Served model id → its capabilities.
+
+        Raises:
+            ValueError: Naming the rule or alias and the bad value, for: an unknown model id, an
+                alias named like a model, a bad threshold (negative tokens, temperature outside
+                [0, 2], top_p outside [0, 1], an empty range), an empty list, a duplicate rule
+                name, a rule that can never be reached or never yield a capable target.
+        """
+        check_policy(self, models)
