@@ -70,8 +70,8 @@ class CompletionHandler:
         """Non-streamed completion: the streamed chunks, joined."""
         choices: dict[int, CompletionChoice] = {}
         usage = Usage.of(0, 0)
-        prompts, choices = self._choices(request)
-        async for chunk in self._chunks(request, prompts, choices, usage_chunk=True):
+        prompts, deltas = self._choices(request)
+        async for chunk in self._chunks(request, prompts, deltas, usage_chunk=True):
             if chunk.usage is not None:
                 usage = chunk.usage
             for c in chunk.choices:

@@ -210,6 +210,7 @@ class LLMEngine:
                 for_sampling.append(offset - 1)
         return rows + for_sampling, prompt_spans
 
+    @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         rows, prompt_spans = self._rows(batch)
         logits = self.runner.execute(batch, torch.tensor(rows, dtype=torch.long))

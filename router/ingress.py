@@ -49,6 +49,20 @@ async def _sse(first: BaseModel, rest: AsyncIterator[Any]) -> AsyncIterator[str]
     yield "data: [DONE]\n\n"
 
 
+def _is_stream(result: Any) -> bool:
+    return not isinstance(result, BaseModel)
+
+
+async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
+    yield item
+
+
+async def _relay(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for item in stream:
+        yield item
+
+
+# Helpers above stay above: `serve.ingress` pickles the class when it is defined.
 @serve.deployment
 @serve.ingress(app)
 class Router:
@@ -121,12 +135,16 @@ class Router:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return error_json(OpenAIError(f"the request body is not valid JSON: {exc}"))
-        result = await self._call(method, model, body)
-        if isinstance(result, ErrorResponse):
-            return error_json(result)
-        if isinstance(result, BaseModel):
-            return JSONResponse(result.model_dump(mode="json"))
-        first = await anext(result, None)
+        try:
+            result = await self._call(method, model, body)
+            if isinstance(result, BaseModel):
+                return error_json(result) if isinstance(result, ErrorResponse) else JSONResponse(
+                    result.model_dump(mode="json")
+                )
+            first = await anext(result, None)
+        except Exception as exc:  # a failed replica is a server error, still in OpenAI form
+            logger.exception("%s failed", method)
+            return error_json(OpenAIError(f"the model server failed: {exc}", status_code=500))
         if first is None:
             return error_json(OpenAIError("the model returned no output", status_code=500))
         if isinstance(first, ErrorResponse):
@@ -156,15 +174,3 @@ class Router:
         """Liveness of the router (200 while it serves)."""
         return JSONResponse({"status": "ok", "models": sorted(self.handles)})
 
-
-def _is_stream(result: Any) -> bool:
-    return not isinstance(result, BaseModel)
-
-
-async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
-    yield item
-
-
-async def _relay(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    async for item in stream:
-        yield item

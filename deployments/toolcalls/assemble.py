@@ -122,8 +122,12 @@ class StreamAssembler:
             elif isinstance(event, ToolCallStart):
                 assert event.index not in self.ledger, f"call index {event.index} opened twice"
                 self.ledger[event.index] = CallLedger(event.id, event.name)
-                header = {"index": event.index, "id": event.id, "type": "function",
-                          "function": {"name": event.name, "arguments": ""}}
+                header = {
+                    "index": event.index,
+                    "id": event.id,
+                    "type": "function",
+                    "function": {"name": event.name, "arguments": ""},
+                }
                 deltas.append({"tool_calls": [header]})
             elif isinstance(event, ToolCallArgsDelta):
                 self._fragment(deltas, event.index, event.fragment)

@@ -61,7 +61,9 @@ def index_tools(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
-            raise ValueError(f"tools[{i}] has no function name; expected {{'function': {{'name'}}}}")
+            raise ValueError(
+                f"tools[{i}] has no function name; expected {{'function': {{'name'}}}}"
+            )
         params = fn.get("parameters") if isinstance(fn, dict) else None
         out[name] = params if isinstance(params, dict) else {}
     return out
@@ -93,10 +95,12 @@ class CallSink:
         return (self._tools or {}).get(name, {})
 
     def content(self, text: str) -> None:
+        """Emit assistant text (nothing if empty)."""
         if text:
             self.events.append(ContentDelta(text))
 
     def reasoning(self, text: str) -> None:
+        """Emit reasoning text (nothing if empty)."""
         if text:
             self.events.append(ReasoningDelta(text))
 
@@ -108,6 +112,7 @@ class CallSink:
         return index
 
     def args(self, index: int, fragment: str) -> None:
+        """Emit the next piece of call `index`'s arguments string (nothing if empty)."""
         if fragment:
             self.events.append(ToolCallArgsDelta(index, fragment))
 
@@ -120,6 +125,7 @@ class CallSink:
         self.events.append(ToolCallAbort(index, raw))
 
     def take(self) -> list[ParserEvent]:
+        """The events collected since the last call."""
         out, self.events = self.events, []
         return out
 
@@ -208,8 +214,9 @@ class ToolParser(ABC):
         self._mark, self._pos = idx, idx + len(marker)
         return marker
 
-    def _fallback_until(self, resume: int | None, ends: tuple[str, ...], final: bool,
-                        index: int | None) -> bool:
+    def _fallback_until(
+        self, resume: int | None, ends: tuple[str, ...], final: bool, index: int | None
+    ) -> bool:
         """Hand the invalid markup from `_mark` back as content once its end is found.
 
         Args:

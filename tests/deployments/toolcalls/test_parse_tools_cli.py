@@ -1,0 +1,136 @@
+"""`ascend-router parse-tools` end to end, as a subprocess (`python -m cli.main`)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolcall_cases import REPO_ROOT, SAMPLES, Sample, random_chunks, with_tools
+
+from deployments.toolcalls.registry import PARSERS
+
+# One sample with calls per parser.
+ONE_PER_PARSER = {s.parser: s for s in reversed(SAMPLES) if s.calls}
+
+
+def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "parse-tools", *args],
+        input=stdin.encode("utf-8"),
+        capture_output=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def _tools_file(tmp_path: Path, tools: Any) -> str:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    return str(path)
+
+
+def _expect(sample: Sample, proc: subprocess.CompletedProcess[bytes]) -> None:
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout.decode("utf-8"))
+    assert set(out) == {"content", "reasoning_content", "tool_calls", "finish_reason"}
+    assert out["tool_calls"] == [{"name": n, "arguments": a} for n, a in sample.calls]
+    assert out["content"] == sample.content and out["reasoning_content"] == sample.reasoning
+    assert out["finish_reason"] == ("tool_calls" if sample.calls else "stop")
+
+
+def test_list_prints_every_parser() -> None:
+    proc = run_cli("--list")
+    assert proc.returncode == 0
+    assert proc.stdout.decode().split() == list(PARSERS)
+
+
+@pytest.mark.parametrize("parser", list(PARSERS))
+def test_parse_with_every_parser(parser: str, tmp_path: Path) -> None:
+    sample = ONE_PER_PARSER[parser]
+    args = ["--parser", parser, "--tools", _tools_file(tmp_path, with_tools(sample))]
+    if sample.prompt_suffix:
+        args += ["--prompt-suffix", sample.prompt_suffix]
+    _expect(sample, run_cli(*args, stdin=sample.raw))
+
+
+@pytest.mark.parametrize("parser", list(PARSERS))
+def test_stream_chunks_with_every_parser(parser: str, tmp_path: Path) -> None:
+    sample = ONE_PER_PARSER[parser]
+    chunks = random_chunks(sample.raw, random.Random(parser), max_len=4)
+    args = [
+        "--parser",
+        parser,
+        "--tools",
+        _tools_file(tmp_path, with_tools(sample)),
+        "--stream-chunks",
+        "--prompt-suffix",
+        sample.prompt_suffix,
+    ]
+    _expect(sample, run_cli(*args, stdin=json.dumps(chunks)))
+
+
+def test_tool_choice_none_returns_text(tmp_path: Path) -> None:
+    sample = ONE_PER_PARSER["hermes"]
+    proc = run_cli(
+        "--parser",
+        "hermes",
+        "--tools",
+        _tools_file(tmp_path, with_tools(sample)),
+        "--tool-choice",
+        '"none"',
+        stdin=sample.raw,
+    )
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["tool_calls"] == [] and out["finish_reason"] == "stop"
+    assert "<tool_call>" in out["content"]
+
+
+def test_named_tool_choice_with_constrained_output(tmp_path: Path) -> None:
+    choice = json.dumps({"type": "function", "function": {"name": "get_weather"}})
+    proc = run_cli(
+        "--parser",
+        "hermes",
+        "--tools",
+        _tools_file(tmp_path, with_tools(SAMPLES[0])),
+        "--tool-choice",
+        choice,
+        "--constrained",
+        stdin='{"city": "Lima"}',
+    )
+    out = json.loads(proc.stdout)
+    assert out["tool_calls"] == [{"name": "get_weather", "arguments": {"city": "Lima"}}]
+
+
+def test_text_without_calls_exits_zero() -> None:
+    proc = run_cli("--parser", "hermes", stdin="Just text.")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["content"] == "Just text."
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (["--parser", "nope"], "", "unknown parser 'nope'"),
+        ([], "", "--parser is required"),
+        (["--parser", "hermes", "--tools", "/nonexistent/tools.json"], "", "cannot read tools"),
+        (["--parser", "hermes", "--tools", "BAD_JSON"], "", "is not JSON"),
+        (["--parser", "hermes", "--tool-choice", "{bad"], "", "--tool-choice is not JSON"),
+        (["--parser", "hermes", "--tool-choice", "required"], "", "needs a non-empty 'tools'"),
+        (["--parser", "hermes", "--stream-chunks"], "not json", "JSON array of strings"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(
+    args: list[str], stdin: str, message: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    proc = run_cli(*[str(bad) if a == "BAD_JSON" else a for a in args], stdin=stdin)
+    assert proc.returncode == 2
+    err = proc.stderr.decode().strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -1,0 +1,138 @@
+"""Every recorded real-world case (shared/cases/toolcalls.json) through the parsers."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from toolcall_cases import (
+    MARKUP,
+    PARSER_BY_CASE_FAMILY,
+    case_tools,
+    load_cases,
+    parse_chunks,
+    summary,
+)
+
+from deployments.toolcalls.assemble import accumulate, finish_reason
+from deployments.toolcalls.choice import apply_tool_choice
+
+CASES = load_cases()
+
+
+def _ids(cases: list[dict[str, Any]]) -> list[str]:
+    return [c["id"] for c in cases]
+
+
+def _by_kind(*kinds: str) -> list[dict[str, Any]]:
+    return [c for c in CASES if c["kind"] in kinds]
+
+
+def _text(value: str | None) -> str | None:
+    return (value or "").strip() or None
+
+
+def check_expected(case: dict[str, Any], message: dict[str, Any], reason: str) -> None:
+    """Compare a result with `case["expected"]` as shared/cases/README.md prescribes."""
+    expected = case["expected"]
+    if "content" in expected:
+        assert _text(message["content"]) == _text(expected["content"])
+    if "reasoning_content" in expected:
+        assert _text(message["reasoning_content"]) == _text(expected["reasoning_content"])
+    calls = message["tool_calls"]
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    want = [(c["name"], c["arguments"]) for c in expected.get("tool_calls", [])]
+    assert got == want
+    for call in calls:
+        assert call["type"] == "function" and call["id"]
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    if "finish_reason" in expected:
+        assert reason == expected["finish_reason"]
+    if "finish_reason_any_of" in expected:
+        assert reason in expected["finish_reason_any_of"]
+    if "exactly_one_call_named" in expected:
+        assert [c["function"]["name"] for c in calls] == [expected["exactly_one_call_named"]]
+    if expected.get("ids_unique"):
+        assert len({c["id"] for c in calls}) == len(calls)
+    if "assembled_arguments_string" in expected:
+        assert [c["function"]["arguments"] for c in calls] == [
+            expected["assembled_arguments_string"]
+        ]
+    for forbidden in expected.get("arguments_string_must_not_contain", ()):
+        assert all(forbidden not in c["function"]["arguments"] for c in calls)
+
+
+def _parser(case: dict[str, Any]) -> str:
+    return PARSER_BY_CASE_FAMILY[case["family"]]
+
+
+@pytest.mark.parametrize("case", _by_kind("parse", "stream"), ids=_ids(_by_kind("parse", "stream")))
+def test_case_non_streaming(case: dict[str, Any]) -> None:
+    message, _ = parse_chunks(
+        _parser(case),
+        case_tools(case),
+        [case["input"]["raw"]],
+        case["input"].get("prompt_suffix", ""),
+    )
+    check_expected(case, message, finish_reason(bool(message["tool_calls"]), "stop"))
+
+
+@pytest.mark.parametrize("case", _by_kind("stream"), ids=_ids(_by_kind("stream")))
+def test_case_streaming_protocol(case: dict[str, Any]) -> None:
+    """Feed the recorded chunks; check the deltas against rules S1-S9 and S11."""
+    chunks = case["input"]["chunks"]
+    assert "".join(chunks) == case["input"]["raw"]
+    message, deltas = parse_chunks(_parser(case), case_tools(case), chunks)
+    client = accumulate(deltas)
+    check_expected(case, client, finish_reason(bool(client["tool_calls"]), "stop"))
+    assert summary(client) == summary(message)  # S6: stream and non-stream agree
+    assert deltas and deltas[0].get("role") == "assistant"  # S9
+    seen: list[int] = []
+    for delta in deltas:
+        entries = delta.get("tool_calls") or []
+        assert len({e["index"] for e in entries}) == len(entries)  # S4
+        for entry in entries:
+            fn = entry["function"]
+            if entry["index"] not in seen:  # S1: the header
+                assert entry["index"] == len(seen)
+                assert entry["id"] and entry["type"] == "function" and fn["name"]
+                assert fn["arguments"] == ""
+                seen.append(entry["index"])
+            else:  # S2: fragments carry only index and arguments
+                assert set(entry) == {"index", "function"} and set(fn) == {"arguments"}
+                assert fn["arguments"]
+    for call in client["tool_calls"]:  # S5
+        assert not any(m in call["function"]["arguments"] for m in MARKUP)
+    assert not any(m in (client["content"] or "") for m in MARKUP)
+
+
+def test_qwen3coder_string_argument_streams_before_its_end_tag() -> None:
+    """S11: part of `content` is sent before `</parameter>` closing it has arrived."""
+    case = next(c for c in CASES if c["id"] == "qwen3coder-incremental-argument-streaming")
+    from deployments.toolcalls.registry import get_parser
+
+    parser = get_parser("qwen3_coder", case_tools(case))
+    fed, arguments, early = "", "", False
+    for chunk in case["input"]["chunks"]:
+        fed += chunk
+        arguments += "".join(getattr(e, "fragment", "") for e in parser.feed(chunk))
+        if len(re.findall("</parameter>", fed)) < 2 and '"content": "import sys' in arguments:
+            early = True
+    assert early
+
+
+@pytest.mark.parametrize("case", _by_kind("tool_choice"), ids=_ids(_by_kind("tool_choice")))
+def test_case_tool_choice(case: dict[str, Any]) -> None:
+    request = case["input"]["request"]
+    result = apply_tool_choice(
+        case["input"]["raw"],
+        parser_name=_parser(case),
+        tools=case_tools(case),
+        tool_choice=request.get("tool_choice"),
+        prompt_suffix=case["input"].get("prompt_suffix", ""),
+        engine_finish_reason=case["input"].get("engine_finish_reason", "stop"),
+        constrained_output=case["input"].get("constrained_output"),
+    )
+    check_expected(case, result, result["finish_reason"])

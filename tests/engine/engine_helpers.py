@@ -1,0 +1,48 @@
+"""Helpers for engine tests: run an engine dry, greedy parameters, HF reference tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+
+
+def run_to_completion(
+    engine: LLMEngine, out: dict[str, list[int]] | None = None
+) -> dict[str, list[int]]:
+    """Step until idle; generated tokens per request id (added to `out` if given)."""
+    out = {} if out is None else out
+    while engine.has_unfinished():
+        step(engine, out)
+    return out
+
+
+def step(engine: LLMEngine, out: dict[str, list[int]]) -> None:
+    """One engine step, recording its tokens in `out`."""
+    for o in engine.step():
+        out.setdefault(o.request_id, []).extend(o.new_token_ids)
+
+
+def greedy(max_tokens: int, **kw: Any) -> SamplingParams:
+    """Greedy sampling parameters."""
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, **kw)
+
+
+def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Reference greedy tokens from transformers' own `generate` (SDPA attention, fp32)."""
+    ids = torch.tensor([prompt])
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+def hf_top2_gap(model: torch.nn.Module, tokens: list[int]) -> list[float]:
+    """Gap between the top-2 logits at every position of `tokens` (for near-tie handling)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0]
+    top2 = logits.topk(2, dim=-1).values
+    return (top2[:, 0] - top2[:, 1]).tolist()

@@ -1,0 +1,151 @@
+"""The local app over real HTTP with the official `openai` client, and through a handle."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+from ray import serve
+from serve_helpers import MODEL, post_stream, stream_text
+
+from router.app import APP_NAME
+
+pytestmark = pytest.mark.serve
+
+PARIS = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def _engine_stats():
+    handle = serve.get_deployment_handle(f"model-{MODEL}", app_name=APP_NAME)
+    return handle.stats.remote().result()
+
+
+def _wait_idle(timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = _engine_stats()
+        idle = stats.num_running == stats.num_waiting == 0
+        if idle and stats.num_free_blocks == stats.num_blocks or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.2)
+
+
+def test_health_and_models(http: httpx.Client, client: openai.OpenAI) -> None:
+    assert http.get("/health").status_code == 200
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_paris_nonstream_and_stream(client: openai.OpenAI, http: httpx.Client) -> None:
+    resp = client.chat.completions.create(model=MODEL, messages=PARIS, temperature=0)
+    text = resp.choices[0].message.content
+    assert "Paris" in text and resp.choices[0].finish_reason == "stop"
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=PARIS, temperature=0, stream=True)
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    status, (events, done) = post_stream(
+        http, "/v1/chat/completions", {"messages": PARIS, "temperature": 0, "stream": True}
+    )
+    assert status == 200 and done and stream_text(events) == text
+
+
+def test_eight_concurrent_streams_then_all_blocks_free(client: openai.OpenAI) -> None:
+    prompts = [f"Count from {i} to {i + 5}, separated by commas." for i in range(8)]
+
+    def run(prompt: str, stream: bool) -> tuple[str, str]:
+        msgs = [{"role": "user", "content": prompt}]
+        if not stream:
+            r = client.chat.completions.create(
+                model=MODEL, messages=msgs, temperature=0, max_tokens=32
+            )
+            return r.choices[0].message.content, r.choices[0].finish_reason
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=msgs, temperature=0, max_tokens=32, stream=True
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return text, chunks[-1].choices[0].finish_reason
+
+    with ThreadPoolExecutor(8) as pool:
+        streamed = list(pool.map(lambda p: run(p, True), prompts))
+    for prompt, got in zip(prompts, streamed):
+        assert got == run(prompt, False)
+        assert got[1] in ("stop", "length")
+    stats = _wait_idle()
+    assert stats.num_free_blocks == stats.num_blocks, stats
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        ({"model": MODEL}, 400, "messages"),
+        ({"model": MODEL, "messages": []}, 400, "messages"),
+        ({"model": MODEL, "messages": "hi"}, 400, "messages"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400,
+         "max_tokens"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x"}, 400,
+         "max_tokens"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9999},
+         400, "max_tokens"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "hi " * 9000}]}, 400,
+         "messages"),
+        ({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}, 404,
+         "model"),
+        ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400,
+         "messages.0.role"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 3},
+         400, "temperature"),
+    ],
+    ids=[
+        "malformed-json", "missing-messages", "empty-messages", "messages-wrong-type",
+        "max-tokens-zero", "max-tokens-wrong-type", "max-tokens-beyond-context",
+        "prompt-beyond-context", "unknown-model", "bad-role", "temperature-out-of-range",
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_bad_input_gets_openai_error(http: httpx.Client, body, status, param, stream) -> None:
+    if isinstance(body, dict):
+        body = {**body, "stream": stream}
+        resp = http.post("/v1/chat/completions", json=body)
+    else:
+        resp = http.post("/v1/chat/completions", content=body)
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["param"] == param
+    ok = http.post("/v1/chat/completions", json={"messages": PARIS, "max_tokens": 4})
+    assert ok.status_code == 200
+
+
+def test_handle_equals_http(http: httpx.Client) -> None:
+    body = {"model": MODEL, "messages": PARIS, "temperature": 0, "max_tokens": 16}
+    via_http = http.post("/v1/chat/completions", json=body).json()
+    handle = serve.get_app_handle(APP_NAME)
+    via_handle = handle.chat.remote(body).result()
+    dumped = via_handle.model_dump(mode="json")
+    for key in ("id", "created"):
+        dumped.pop(key), via_http.pop(key)
+    assert dumped == via_http
+    chunks = list(handle.options(stream=True).chat.remote({**body, "stream": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == via_http["choices"][0]["message"]["content"]
+    comp = handle.completions.remote({"model": MODEL, "prompt": "Paris is", "max_tokens": 4})
+    assert comp.result().object == "text_completion"
+
+
+def test_client_disconnect_aborts_and_frees_blocks(serve_url: str) -> None:
+    body = {"messages": PARIS, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    with httpx.Client(base_url=serve_url, timeout=60) as c:
+        with c.stream("POST", "/v1/chat/completions", json=body) as resp:
+            lines = resp.iter_lines()
+            for _ in range(6):
+                next(lines)
+    stats = _wait_idle()
+    assert stats.num_running == 0 and stats.num_free_blocks == stats.num_blocks, stats
