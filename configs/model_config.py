@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from configs.engine_config import EngineConfig
+from configs.model_shape import ModelShape
 
 
 class ModelSource(BaseModel):
@@ -88,6 +89,12 @@ class ModelDeploymentConfig(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1, description="Ranks per replica (tensor parallel).")
     expert_parallel: bool = Field(False, description="Split MoE experts across the ranks.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    shape: ModelShape | None = Field(
+        None, description="Shape figures for `ascend-router plan` when the checkpoint is remote."
+    )
+    device_memory_bytes: int | None = Field(
+        None, gt=0, description="Memory of one device (default per platform, e.g. 64 GiB 910B)."
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 

@@ -1,0 +1,49 @@
+"""Every Serve YAML in configs/ validates against the typed config models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from configs.model_config import RouterAppConfig
+from router.app import APP_NAME
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_config_validates(path: Path) -> None:
+    cfg = yaml.safe_load(path.read_text())
+    (app,) = cfg["applications"]
+    assert app["name"] == APP_NAME and app["route_prefix"] == "/"
+    assert app["import_path"] == "router.app:build_app"
+    config = RouterAppConfig.model_validate(app["args"])
+    assert config.default in {m.model_id for m in config.models}
+
+
+def test_prod_uses_npus_and_parallelism() -> None:
+    cfg = yaml.safe_load((CONFIGS[0].parent / "prod.yaml").read_text())
+    config = RouterAppConfig.model_validate(cfg["applications"][0]["args"])
+    for m in config.models:
+        opts = m.deployment.ray_actor_options
+        assert opts["resources"]["NPU"] == m.tensor_parallel_size and opts["num_gpus"] == 0
+    assert any(m.expert_parallel and m.tensor_parallel_size > 1 for m in config.models)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"models": []}, "at least 1"),
+        ({"models": [{"model_id": "a", "source": {}}]}, "exactly one of"),
+        ({"models": [{"model_id": "a", "source": {"path": "/x"}}], "default_model": "b"}, "'b'"),
+        ({"models": [{"model_id": "a", "source": {"path": "/x"}, "engine": {"blocks": 3}}]},
+         "blocks"),
+    ],
+    ids=["no-models", "no-source", "unknown-default", "unknown-engine-field"],
+)
+def test_bad_config_names_the_problem(args: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RouterAppConfig.model_validate(args)
