@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Modules providing sub-commands; each has `register(subparsers)`.
-_COMMAND_MODULES: tuple[str, ...] = ("cli.models_cmd", "cli.parse_tools_cmd")
+_COMMAND_MODULES: tuple[str, ...] = ("cli.check_config_cmd", "cli.parse_tools_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

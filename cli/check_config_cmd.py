@@ -1,0 +1,45 @@
+"""`ascend-router check-config FILE`: validate a Serve YAML against the typed config models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from configs.model_config import RouterAppConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `check-config` sub-command."""
+    p = subparsers.add_parser(
+        "check-config", help="validate a Serve config (e.g. configs/local.yaml)"
+    )
+    p.add_argument("config", type=Path, help="Ray Serve YAML with an ascend-router application")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one line per model; exit 1 when the file is invalid, 2 when unreadable."""
+    try:
+        doc = yaml.safe_load(args.config.read_text())
+        apps = [a for a in doc["applications"] if a.get("name") == "ascend-router"]
+        if not apps:
+            print(f"{args.config}: no application named 'ascend-router'", file=sys.stderr)
+            return 1
+        config = RouterAppConfig.model_validate(apps[0]["args"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        print(f"{args.config}: cannot read: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"{args.config}: invalid:\n{exc}", file=sys.stderr)
+        return 1
+    for m in config.models:
+        default = " (default)" if m.model_id == config.default else ""
+        print(
+            f"{m.model_id}{default}: tp={m.tensor_parallel_size} ep={m.expert_parallel} "
+            f"dtype={m.engine.dtype} resources={m.deployment.ray_actor_options}"
+        )
+    return 0
