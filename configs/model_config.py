@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
+from router.policy.config import ModelCapabilities, PolicyConfig
+
+UNKNOWN_CONTEXT = 1 << 30
+"""Context length assumed for a model whose replica has not reported it yet (no config value)."""
 
 
 class ModelSource(BaseModel):
@@ -86,6 +90,17 @@ class ModelDeploymentConfig(BaseModel):
     source: ModelSource
     family: str | None = Field(None, description="Model family, e.g. llama, qwen2, deepseek_v3.")
     tool_parser: str | None = Field(None, description="Tool-call parser name (default by family).")
+    tool_chat_template: str | None = Field(
+        None,
+        description="Jinja chat template file used for requests with tools when the "
+        "checkpoint's own template has no tool support (default: the shipped ChatML one for "
+        "ChatML models).",
+    )
+    strict_tool_history: bool = Field(
+        True,
+        description="Reject histories whose tool calls and tool messages do not pair up by id "
+        "(false: accept loose histories from lenient clients).",
+    )
     tensor_parallel_size: int = Field(1, ge=1, description="Ranks per replica (tensor parallel).")
     expert_parallel: bool = Field(False, description="Split MoE experts across the ranks.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -105,10 +120,41 @@ class RouterAppConfig(BaseModel):
 
     models: list[ModelDeploymentConfig] = Field(min_length=1)
     default_model: str | None = Field(
-        None, description="Model used when a request omits `model` (default: the first)."
+        None,
+        description="Model used when a request omits `model` and no `policy` is given (then the "
+        "policy is `default_targets: [default_model]`; default: the first model).",
+    )
+    policy: PolicyConfig | None = Field(
+        None,
+        description="Routing policy: aliases, ordered rules, default targets (see "
+        "`router.policy.PolicyConfig`); checked against the models' capabilities at start-up.",
     )
     api_keys: list[str] = Field(
         default_factory=list, description="Accepted API keys (also ASCEND_ROUTER_API_KEYS)."
+    )
+    first_token_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a streamed call may take to its first item before the router gives "
+        "up on that model and tries the next candidate (covers queueing and prefill).",
+    )
+    response_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a non-streamed call may take to its whole response before the router "
+        "gives up on that model and tries the next candidate.",
+    )
+    health_probe_timeout_s: float = Field(
+        5.0, gt=0, description="Seconds one health probe (`info` call) of a down model may take."
+    )
+    health_cooldown_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds a model stays down after a failed call before it is probed, and "
+        "between probes while they fail.",
+    )
+    retry_after_s: int = Field(
+        1, ge=1, description="`Retry-After` seconds of the 429 answered when all are saturated."
     )
     router_deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 0.1}),
@@ -123,9 +169,41 @@ class RouterAppConfig(BaseModel):
             raise ValueError(f"duplicate model_id(s): {sorted(dupes)}")
         if self.default_model is not None and self.default_model not in ids:
             raise ValueError(f"default_model {self.default_model!r} is not one of {ids}")
+        if self.default_model is not None and self.policy is not None:
+            raise ValueError(
+                "give default_model or policy, not both: with a policy, requests that omit "
+                "`model` go to policy.aliases.auto / policy.default_targets"
+            )
+        self.routing_policy().validate_against(self.capabilities())
         return self
+
+    def routing_policy(self) -> PolicyConfig:
+        """The policy in force: `policy`, else every omitted `model` to the default model."""
+        if self.policy is not None:
+            return self.policy
+        return PolicyConfig(default_targets=[self.default_model or self.models[0].model_id])
+
+    def capabilities(self, learned: dict[str, int] | None = None) -> dict[str, ModelCapabilities]:
+        """Model id -> what the router may send it, derived from each model's config.
+
+        Context length is `engine.max_model_len`, else the replica's reported `max_model_len`
+        (`learned`, from `ModelServer.info`), else `UNKNOWN_CONTEXT` until a replica reports it.
+        Tools need a `tool_parser`; structured output is not offered by any model deployment
+        yet, so it is false; every deployment streams.
+        """
+        learned = learned or {}
+        return {
+            m.model_id: ModelCapabilities(
+                context_length=m.engine.max_model_len
+                or learned.get(m.model_id, UNKNOWN_CONTEXT),
+                supports_tools=m.tool_parser is not None,
+                supports_structured_output=False,
+                supports_streaming=True,
+            )
+            for m in self.models
+        }
 
     @property
     def default(self) -> str:
-        """The model id used when a request omits `model`."""
-        return self.default_model or self.models[0].model_id
+        """The model id used first when a request omits `model` and no rule matches."""
+        return self.routing_policy().fallback_targets()[0]

@@ -1,4 +1,4 @@
-"""Requests -> prompt token ids: chat templates, completions prompts, sampling parameters."""
+"""Requests -> engine inputs: legacy completion prompts and sampling parameters."""
 
 from __future__ import annotations
 
@@ -6,44 +6,8 @@ from typing import Any
 
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from engine.constraints import TokenConstraint
 from engine.sampling_params import SamplingParams
-
-
-def render_chat(tokenizer: Any, request: ChatCompletionRequest) -> list[int]:
-    """Apply the tokenizer's chat template and tokenise.
-
-    A trailing assistant message is continued (assistant prefill) unless
-    `continue_final_message` is false; otherwise the generation prompt is added.
-
-    Raises:
-        OpenAIError: 400 for unsupported content parts or a template failure.
-    """
-    messages: list[dict[str, Any]] = []
-    for i, m in enumerate(request.messages):
-        try:
-            text = m.text()
-        except ValueError as exc:
-            raise OpenAIError(str(exc), param=f"messages.{i}.content") from None
-        msg: dict[str, Any] = {"role": m.role, "content": text}
-        if m.name:
-            msg["name"] = m.name
-        if m.tool_calls:
-            msg["tool_calls"] = m.tool_calls
-        if m.tool_call_id:
-            msg["tool_call_id"] = m.tool_call_id
-        messages.append(msg)
-    prefill = messages[-1]["role"] == "assistant" and request.continue_final_message is not False
-    try:
-        text = tokenizer.apply_chat_template(
-            messages,
-            tools=request.tools or None,
-            tokenize=False,
-            add_generation_prompt=not prefill,
-            continue_final_message=prefill,
-        )
-    except Exception as exc:  # jinja errors raised by the model's own template
-        raise OpenAIError(f"the chat template rejected the messages: {exc}", param="messages")
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def completion_prompts(tokenizer: Any, request: CompletionRequest) -> list[list[int]]:
@@ -76,6 +40,7 @@ def sampling_params(
     max_model_len: int,
     vocab_size: int,
     choice_index: int = 0,
+    constraint: TokenConstraint | None = None,
 ) -> SamplingParams:
     """Engine sampling parameters for one choice of a request.
 
@@ -87,7 +52,9 @@ def sampling_params(
             beyond it, or a `logit_bias` token outside the vocabulary.
     """
     limit = request.output_limit()
-    param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
+    param = (
+        "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
+    )
     if prompt_len >= max_model_len:
         raise OpenAIError(
             f"this model's maximum context length is {max_model_len} tokens, but the prompt "
@@ -134,4 +101,5 @@ def sampling_params(
         logit_bias=bias,
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
+        constraint=constraint,
     )

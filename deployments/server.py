@@ -15,12 +15,15 @@ from pydantic import BaseModel, ValidationError
 from ray import serve
 
 from configs.model_config import ModelDeploymentConfig
-from deployments.chat import ChatHandler
+from deployments.chat import ChatHandler, ChatSettings
+from deployments.chat_template import ChatTemplate
 from deployments.completions import CompletionHandler
 from deployments.protocol.errors import ErrorResponse, OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request
+from deployments.structured_output import GrammarFactory
 from deployments.tokenizer import load_tokenizer
+from deployments.toolcalls.registry import DEFAULT_PARSER_BY_FAMILY
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 
@@ -45,6 +48,16 @@ async def _single(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
     yield item
 
 
+def _tool_parser(config: ModelDeploymentConfig, template: ChatTemplate) -> str:
+    """The configured parser; else the family's when its own template renders tools; else
+    `hermes`, the format of the shipped fallback template."""
+    if config.tool_parser:
+        return config.tool_parser
+    if template.native_tools and config.family in DEFAULT_PARSER_BY_FAMILY:
+        return DEFAULT_PARSER_BY_FAMILY[config.family]
+    return "hermes"
+
+
 @serve.deployment
 class ModelServer:
     """One replica: tokenizer + engine for `config.model_id`.
@@ -58,9 +71,12 @@ class ModelServer:
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
         self.engine = AsyncEngine(LLMEngine(checkpoint, self.config.engine))
-        mid = self.config.model_id
-        self.chat_handler = ChatHandler(self.engine, self.tokenizer, mid)
-        self.completion_handler = CompletionHandler(self.engine, self.tokenizer, mid)
+        cfg = self.config
+        template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
+        settings = ChatSettings(cfg.model_id, _tool_parser(cfg, template), cfg.strict_tool_history)
+        grammars = GrammarFactory(self.tokenizer, self.engine.engine.vocab_size)
+        self.chat_handler = ChatHandler(self.engine, self.tokenizer, template, grammars, settings)
+        self.completion_handler = CompletionHandler(self.engine, self.tokenizer, cfg.model_id)
 
     async def _serve(
         self,

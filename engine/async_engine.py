@@ -126,7 +126,12 @@ class AsyncEngine:
                 self._streams[cmd.request_id] = cmd
             except Exception as exc:  # reported to that caller only; the loop goes on
                 err = RequestOutput(
-                    cmd.request_id, (), True, "error", len(cmd.prompt_token_ids), 0,
+                    cmd.request_id,
+                    (),
+                    True,
+                    "error",
+                    len(cmd.prompt_token_ids),
+                    0,
                     error=str(exc),
                 )
                 cmd.loop.call_soon_threadsafe(cmd.queue.put_nowait, err)

@@ -87,7 +87,11 @@ def paged_attention(
     k = k_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
     v = v_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
     out = F.scaled_dot_product_attention(
-        query, k.to(query.dtype), v.to(query.dtype), attn_mask=meta.mask, scale=scaling,
+        query,
+        k.to(query.dtype),
+        v.to(query.dtype),
+        attn_mask=meta.mask,
+        scale=scaling,
         enable_gqa=query.shape[1] != k.shape[1],
     )
     return out.transpose(1, 2), None

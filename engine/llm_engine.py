@@ -96,8 +96,14 @@ class LLMEngine:
         logger.info(
             "KV cache: %s; %d bytes/token, %d bytes/block (block_size=%d) -> %d blocks, "
             "%d tokens, %.2f sequences at max_model_len=%d",
-            source, spec.bytes_per_token(), per_block, cfg.block_size, num_blocks, tokens,
-            tokens / self.max_model_len, self.max_model_len,
+            source,
+            spec.bytes_per_token(),
+            per_block,
+            cfg.block_size,
+            num_blocks,
+            tokens,
+            tokens / self.max_model_len,
+            self.max_model_len,
         )
         if tokens < self.max_model_len:
             raise ValueError(
@@ -121,9 +127,7 @@ class LLMEngine:
             raise ValueError("the prompt is empty")
         bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(
-                f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})"
-            )
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
         total = len(prompt_token_ids) + params.max_tokens
         if total > self.max_model_len:
             raise ValueError(
@@ -160,8 +164,12 @@ class LLMEngine:
         """Current load figures."""
         bm = self.block_manager
         return EngineStats(
-            len(self.scheduler.running), len(self.scheduler.waiting), bm.usage(),
-            bm.num_free_blocks, bm.num_blocks, self.scheduler.num_preemptions,
+            len(self.scheduler.running),
+            len(self.scheduler.waiting),
+            bm.usage(),
+            bm.num_free_blocks,
+            bm.num_blocks,
+            self.scheduler.num_preemptions,
         )
 
     # ---- the step -------------------------------------------------------------------------
@@ -228,15 +236,14 @@ class LLMEngine:
         if not sampling:
             return []
         tokens, logprobs = sample(logits[n_prompt_rows:], [s.seq for s in sampling])
-        return [
-            self._append(s.seq, tok, lp) for s, tok, lp in zip(sampling, tokens, logprobs)
-        ]
+        return [self._append(s.seq, tok, lp) for s, tok, lp in zip(sampling, tokens, logprobs)]
 
     def _append(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> RequestOutput:
         seq.output_token_ids.append(token)
         p = seq.params
         reason = None
-        if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+        ended = p.constraint is not None and p.constraint.is_terminated()
+        if ended or (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
             reason = "stop"
         elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             reason = "length"

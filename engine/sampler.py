@@ -65,6 +65,9 @@ def sample(
     """
     _apply_penalties(logits, seqs)
     params = [s.params for s in seqs]
+    for i, p in enumerate(params):
+        if p.constraint is not None:
+            p.constraint.mask_logits(logits[i : i + 1])
     greedy = torch.tensor([p.greedy for p in params], device=logits.device)
     chosen = logits.argmax(dim=-1)
     if not bool(greedy.all()):
@@ -81,6 +84,9 @@ def sample(
                 q[i] = torch.empty(probs.shape[-1]).exponential_(generator=seq.generator)
         chosen = torch.where(greedy, chosen, (probs / q).argmax(dim=-1))
     token_ids = chosen.tolist()
+    for p, token in zip(params, token_ids):
+        if p.constraint is not None:
+            p.constraint.accept(token)
     want = [p.logprobs for p in params]
     entries: list[TokenLogprob | None] = [None] * len(seqs)
     if any(w is not None for w in want):
@@ -92,9 +98,7 @@ def sample(
     return token_ids, entries
 
 
-def prompt_logprobs(
-    logits: torch.Tensor, next_ids: list[int], num_top: int
-) -> list[TokenLogprob]:
+def prompt_logprobs(logits: torch.Tensor, next_ids: list[int], num_top: int) -> list[TokenLogprob]:
     """Logprobs of prompt tokens from the logits of the positions before them.
 
     Args:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.constraints import TokenConstraint
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -23,8 +25,8 @@ class SamplingParams:
         logit_bias: token id -> additive bias in [-100, 100] applied to the logits.
         presence_penalty: OpenAI presence penalty in [-2, 2].
         frequency_penalty: OpenAI frequency penalty in [-2, 2].
-        grammar: a compiled constraint object exposing `allowed(token_ids) -> mask`; None if
-            unconstrained (see the tool-call layer).
+        constraint: a per-sequence token constraint (constrained decoding for `tool_choice`
+            and `response_format`); None if unconstrained. Stateful: one per sequence.
     """
 
     max_tokens: int = 16
@@ -39,6 +41,7 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    constraint: TokenConstraint | None = None
 
     @property
     def greedy(self) -> bool:

@@ -116,10 +116,7 @@ class Scheduler:
             i += 1
         # Freshly preempted work waits until the cache has room again.
         while (
-            not preempted
-            and self.waiting
-            and budget > 0
-            and len(self.running) < self.max_num_seqs
+            not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
         ):
             seq = self.waiting[0]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)

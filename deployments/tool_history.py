@@ -1,0 +1,111 @@
+"""Validate and normalise a chat history with tool calls before templating.
+
+Rules from `shared/toolcalls/PROTOCOL.md` ("Requests"): an assistant message's `tool_calls` are
+answered by one `tool` message per id before another role (400 naming the missing id); a tool
+message needs a `tool_call_id` that answers a pending call; ids are unique within one assistant
+message; `tool_calls` may appear anywhere in the history; `arguments` may be a JSON string or an
+object (templates get an object); an empty `tool_calls` list is dropped; tool content may be a
+list of text parts. `strict=False` skips the pairing rules for clients with loose histories.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from deployments.protocol.errors import OpenAIError
+from deployments.protocol.requests import ChatMessage
+
+
+def _text(m: ChatMessage, i: int) -> str:
+    try:
+        return m.text()
+    except ValueError as exc:
+        raise OpenAIError(str(exc), param=f"messages[{i}].content") from None
+
+
+def _calls(m: ChatMessage, i: int) -> list[dict[str, Any]]:
+    """Template-ready calls (arguments as objects) of an assistant message."""
+    out = []
+    seen: set[str] = set()
+    for j, call in enumerate(m.tool_calls or ()):
+        where = f"messages[{i}].tool_calls[{j}]"
+        fn = call.get("function")
+        call_id = call.get("id")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise OpenAIError("a tool call needs function.name", param=f"{where}.function.name")
+        if not isinstance(call_id, str) or not call_id:
+            raise OpenAIError("a tool call needs a non-empty id", param=f"{where}.id")
+        if call_id in seen:
+            raise OpenAIError(f"tool call id {call_id!r} appears twice", param=f"{where}.id")
+        seen.add(call_id)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise OpenAIError(
+                    f"tool call arguments are not JSON: {exc}", param=f"{where}.function.arguments"
+                ) from None
+        if not isinstance(args, dict):
+            raise OpenAIError(
+                "tool call arguments must be a JSON object", param=f"{where}.function.arguments"
+            )
+        out.append(
+            {"id": call_id, "type": "function", "function": {"name": fn["name"], "arguments": args}}
+        )
+    return out
+
+
+def _missing(pending: dict[str, str]) -> OpenAIError:
+    return OpenAIError(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        f"to each 'tool_call_id'. Missing: {', '.join(pending)}",
+        param="messages",
+    )
+
+
+def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[dict[str, Any]]:
+    """Messages as chat-template dicts, validated.
+
+    Returns:
+        `[{"role", "content", ...}]`; assistant `tool_calls` carry `arguments` as objects; tool
+        messages carry `tool_call_id` and the function `name`.
+
+    Raises:
+        OpenAIError: 400 naming the message (e.g. `messages[2].tool_call_id`).
+    """
+    out: list[dict[str, Any]] = []
+    pending: dict[str, str] = {}  # unanswered call id -> function name
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            if not m.tool_call_id:
+                raise OpenAIError(
+                    "Missing parameter 'tool_call_id': messages with role 'tool' must have a "
+                    "'tool_call_id'",
+                    param=f"messages[{i}].tool_call_id",
+                )
+            name = pending.pop(m.tool_call_id, None)
+            if name is None and strict:
+                raise OpenAIError(
+                    f"tool message answers {m.tool_call_id!r}, which no preceding assistant "
+                    "tool call has (or it was already answered)",
+                    param=f"messages[{i}].tool_call_id",
+                )
+            msg = {"role": "tool", "tool_call_id": m.tool_call_id, "content": _text(m, i)}
+            out.append({**msg, "name": name} if name else msg)
+            continue
+        if pending and strict:
+            raise _missing(pending)
+        pending = {}
+        msg = {"role": m.role, "content": _text(m, i)}
+        if m.name:
+            msg["name"] = m.name
+        if m.role == "assistant" and m.tool_calls:
+            calls = _calls(m, i)
+            msg["tool_calls"] = calls
+            pending = {c["id"]: c["function"]["name"] for c in calls}
+        out.append(msg)
+    if pending and strict and out[-1]["role"] != "assistant":
+        raise _missing(pending)
+    return out
