@@ -12,7 +12,13 @@ import importlib
 import sys
 
 # Modules providing sub-commands; each has `register(subparsers)`.
-_COMMAND_MODULES: tuple[str, ...] = ("cli.check_config_cmd", "cli.parse_tools_cmd")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "cli.check_config_cmd",
+    "cli.parse_tools_cmd",
+    "cli.ops_check_cmd",
+    "cli.doctor_cmd",
+    "cli.plan_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,12 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(
         None, gt=0, description="Context length in tokens; default: the checkpoint's."
     )
+    rank_num_cpus: float = Field(
+        0.25, gt=0, description="CPUs each tensor-parallel rank actor reserves in Ray."
+    )
+    placement_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds to wait for the ranks' devices before failing."
+    )
     num_threads: int | None = Field(
         None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."
     )

@@ -101,6 +101,7 @@ class AsyncEngine:
             self._stopped = True
             self._cond.notify()
         self._thread.join(timeout=10)
+        self.engine.shutdown()
 
     def _send(self, cmd: _Add | _Abort) -> None:
         with self._cond:

@@ -37,9 +37,12 @@ class KVCacheSpec:
     dtype: torch.dtype
 
     @classmethod
-    def from_config(cls, config: PretrainedConfig, dtype: torch.dtype) -> KVCacheSpec:
-        """Read the geometry from a transformers config."""
-        heads = config.num_attention_heads
+    def from_config(
+        cls, config: PretrainedConfig, dtype: torch.dtype, tensor_parallel_size: int = 1
+    ) -> KVCacheSpec:
+        """Read the geometry from a transformers config; heads are per tensor-parallel rank."""
+        tp = tensor_parallel_size
+        heads = config.num_attention_heads // tp
         if getattr(config, "qk_nope_head_dim", None):  # DeepSeek MLA, expanded per head
             return cls(
                 config.num_hidden_layers,
@@ -48,8 +51,8 @@ class KVCacheSpec:
                 config.v_head_dim,
                 dtype,
             )
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // (heads * tp)
+        kv_heads = (getattr(config, "num_key_value_heads", None) or config.num_attention_heads) // tp
         return cls(config.num_hidden_layers, kv_heads, head_dim, head_dim, dtype)
 
     def bytes_per_token(self) -> int:

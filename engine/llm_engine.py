@@ -13,14 +13,15 @@ import torch
 
 from configs.engine_config import EngineConfig
 from engine.block_manager import BlockManager
-from engine.kv_cache import KVCacheSpec, allocate_kv_caches
-from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
-from engine.model_runner import ModelRunner
+from engine.executor import Executor, LocalExecutor
+from engine.kv_cache import KVCacheSpec
+from engine.model_loader import CheckpointRef, eos_token_ids, load_config
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.step_input import StepInput
 from npu_ops.platform import DeviceKind, current_platform
 
 logger = logging.getLogger(__name__)
@@ -51,13 +52,23 @@ class LLMEngine:
     Args:
         checkpoint: path of a `.gguf` file or a checkpoint directory.
         config: engine settings.
+        tensor_parallel_size: ranks the model is split over (1: in this process; more: rank
+            actors in one Ray placement group, see `engine.parallel`).
+        expert_parallel: split MoE experts across the ranks instead of each expert's width.
 
     Raises:
         ValueError: the checkpoint cannot be found or loaded, or the KV budget is too small
             for one sequence of `max_model_len` tokens.
+        RuntimeError: the ranks' devices could not be had in time.
     """
 
-    def __init__(self, checkpoint: str, config: EngineConfig) -> None:
+    def __init__(
+        self,
+        checkpoint: str,
+        config: EngineConfig,
+        tensor_parallel_size: int = 1,
+        expert_parallel: bool = False,
+    ) -> None:
         platform = current_platform()
         if config.num_threads and platform.kind is DeviceKind.CPU:
             torch.set_num_threads(config.num_threads)
@@ -66,20 +77,29 @@ class LLMEngine:
         self.hf_config = load_config(ref)
         self.dtype = resolve_dtype(config.dtype, platform.kind)
         self.device = platform.device()
-        model = load_model(ref, self.dtype, self.device)
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = int(self.hf_config.vocab_size)
         self.eos_token_ids = eos_token_ids(ref, self.hf_config)
         self.max_model_len = config.max_model_len or int(
             getattr(self.hf_config, "max_position_embeddings", 2048)
         )
-        spec = KVCacheSpec.from_config(self.hf_config, self.dtype)
+        spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
         num_blocks = self._num_blocks(spec)
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
         )
-        caches = allocate_kv_caches(spec, num_blocks, config.block_size, self.device)
-        self.runner = ModelRunner(model, caches, config.block_size, self.device)
+        self.executor: Executor
+        if tensor_parallel_size == 1:
+            self.executor = LocalExecutor(
+                ref, spec, num_blocks, config.block_size, self.dtype, self.device
+            )
+        else:
+            from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
+
+            self.executor = RayExecutor(
+                checkpoint, tensor_parallel_size, expert_parallel, spec, num_blocks,
+                config.block_size, self.dtype, config.rank_num_cpus, config.placement_timeout_s,
+            )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
 
@@ -156,6 +176,10 @@ class LLMEngine:
         self.scheduler.remove(seq)
         return True
 
+    def shutdown(self) -> None:
+        """Release the executor's ranks and devices."""
+        self.executor.shutdown()
+
     def has_unfinished(self) -> bool:
         """Whether any request is queued or running."""
         return bool(self._seqs)
@@ -221,7 +245,7 @@ class LLMEngine:
     @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         rows, prompt_spans = self._rows(batch)
-        logits = self.runner.execute(batch, torch.tensor(rows, dtype=torch.long))
+        logits = self.executor.execute(StepInput.from_schedule(batch, rows))
         n_prompt_rows = sum(n for _, _, n in prompt_spans)
         for s, first, n in prompt_spans:
             seq = s.seq

@@ -3,20 +3,35 @@
 Sources: a GGUF file (dequantised by transformers' GGUF loader, see "GGUF and interaction with
 Transformers" in the transformers docs) or a Hugging Face checkpoint directory
 (`config.json` plus safetensors shards).
+
+A checkpoint that cannot be loaded is a one-line `ValueError` naming the file or tensor: a shard
+listed in `model.safetensors.index.json` but missing, a `model_type` transformers does not know,
+`architectures` that contradict `model_type`, a tensor whose shape disagrees with `config.json`,
+or a tensor the model needs and the checkpoint lacks (transformers would only warn and leave it
+randomly initialised).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from engine.attention import ATTENTION_NAME
 
 logger = logging.getLogger(__name__)
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+"""Index of a sharded safetensors checkpoint (`weight_map`: tensor name -> shard file)."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +68,116 @@ class CheckpointRef:
         """Extra keyword arguments for transformers' `from_pretrained`."""
         return {"gguf_file": self.gguf_file} if self.gguf_file else {}
 
+    @property
+    def config_file(self) -> Path:
+        """The file the model config comes from (`config.json`, or the GGUF file)."""
+        return self.directory / (self.gguf_file or "config.json")
+
+    def weight_file(self, tensor: str) -> Path:
+        """The file holding `tensor`: its shard per the safetensors index, else the one file."""
+        if self.gguf_file:
+            return self.directory / self.gguf_file
+        index = self.directory / SAFETENSORS_INDEX
+        if index.is_file():
+            shard = _read_json(index).get("weight_map", {}).get(tensor)
+            if shard:
+                return self.directory / shard
+        return self.directory / "model.safetensors"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from exc
+    if isinstance(data, dict):
+        return data
+    raise ValueError(f"{path}: expected a JSON object")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """`exc`'s message on one line (at most `limit` characters)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = text or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _check_config_json(ref: CheckpointRef) -> None:
+    """`model_type` is known to transformers and `architectures` name its causal-LM class."""
+    cfg = _read_json(ref.config_file)
+    model_type = cfg.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(
+            f"{ref.config_file}: model_type {model_type!r} is not an architecture this "
+            "transformers version knows; fix model_type or upgrade transformers"
+        )
+    expected = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if expected is None:
+        raise ValueError(f"{ref.config_file}: model_type {model_type!r} has no causal-LM class")
+    archs = cfg.get("architectures") or [expected]
+    if expected not in archs:
+        raise ValueError(
+            f"{ref.config_file}: architectures {archs} do not match model_type {model_type!r} "
+            f"(transformers class {expected}); fix one of them"
+        )
+
 
 def load_config(ref: CheckpointRef) -> PretrainedConfig:
-    """The checkpoint's model config."""
-    return AutoConfig.from_pretrained(ref.directory, **ref.kwargs())
+    """The checkpoint's model config.
+
+    Raises:
+        ValueError: (one line, naming the file) `config.json` is not JSON, names an unknown
+            `model_type`, or `architectures` that contradict it; or transformers rejects it.
+    """
+    if ref.gguf_file is None:
+        _check_config_json(ref)
+    try:
+        return AutoConfig.from_pretrained(ref.directory, **ref.kwargs())
+    except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
+        raise ValueError(f"{ref.config_file}: {_one_line(exc)}") from exc
+
+
+def _check_shards(ref: CheckpointRef) -> None:
+    """Every shard the safetensors index lists exists (before transformers opens any)."""
+    index = ref.directory / SAFETENSORS_INDEX
+    if ref.gguf_file is not None or not index.is_file():
+        return
+    shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+    missing = [s for s in shards if not (ref.directory / s).is_file()]
+    if missing:
+        raise ValueError(
+            f"{ref.directory / missing[0]}: shard listed in {SAFETENSORS_INDEX} is missing "
+            f"({len(missing)} of {len(shards)} shards missing)"
+        )
+
+
+def _unreadable_shard(ref: CheckpointRef) -> Path:
+    """The first safetensors file of the checkpoint whose header cannot be read (else the dir)."""
+    for path in sorted(ref.directory.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="pt"):
+                pass
+        except (SafetensorError, OSError):
+            return path
+    return ref.directory
+
+
+def _check_loading_info(ref: CheckpointRef, info: dict[str, Any]) -> None:
+    """Every model tensor was in the checkpoint with the shape `config.json` implies."""
+    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda m: m[0])
+    if mismatched:
+        name, ckpt_shape, model_shape = mismatched[0]
+        raise ValueError(
+            f"{ref.weight_file(name)}: tensor {name} has shape {list(ckpt_shape)} but "
+            f"{ref.config_file.name} implies {list(model_shape)} ({len(mismatched)} mismatched "
+            "in all); the config does not describe these weights"
+        )
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise ValueError(
+            f"{ref.directory}: tensor {missing[0]} is missing from the checkpoint "
+            f"({len(missing)} missing in all)"
+        )
 
 
 def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
@@ -65,10 +186,28 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
         paged-attention function registered in `engine.attention`.
+
+    Raises:
+        ValueError: one line naming the file or tensor: a missing shard, a tensor missing or of
+            the wrong shape, or a file transformers cannot read.
     """
-    model = AutoModelForCausalLM.from_pretrained(
-        ref.directory, dtype=dtype, attn_implementation=ATTENTION_NAME, **ref.kwargs()
-    )
+    _check_shards(ref)
+    try:
+        # Mismatched shapes are collected (not raised as a multi-line report) and reported by
+        # `_check_loading_info`, which never lets a re-initialised tensor through.
+        model, info = AutoModelForCausalLM.from_pretrained(
+            ref.directory,
+            dtype=dtype,
+            attn_implementation=ATTENTION_NAME,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+            **ref.kwargs(),
+        )
+    except SafetensorError as exc:
+        raise ValueError(f"{_unreadable_shard(ref)}: cannot read: {_one_line(exc)}") from exc
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
+    _check_loading_info(ref, info)
     model.to(device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("loaded %s: %.1fM parameters, %s", type(model).__name__, n_params / 1e6, dtype)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from engine.attention import AttentionMetadata, attention_context
-from engine.scheduler import SchedulerOutput
+from engine.step_input import StepInput
 
 
 class ModelRunner:
-    """Owns the model and its KV cache; turns a scheduled batch into logits.
+    """Owns the model (or this rank's shard of it) and its KV cache; turns a step into logits.
 
     Args:
         model: an HF causal LM loaded with `ATTENTION_NAME` attention.
@@ -32,18 +32,14 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
 
-    def _metadata(
-        self, batch: SchedulerOutput
-    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        seqs = batch.scheduled
-        starts = torch.tensor([s.seq.num_computed_tokens for s in seqs])
-        q_lens = torch.tensor([s.num_new_tokens for s in seqs])
+    def _metadata(self, step: StepInput) -> tuple[torch.Tensor, AttentionMetadata]:
+        """Positions `[T]` and attention metadata, built with tensor ops (no per-token loops)."""
+        starts = torch.tensor(step.starts)
+        q_lens = torch.tensor(step.q_lens)
         ctx_lens = starts + q_lens
-        max_blocks = max(len(s.seq.block_table) for s in seqs)
-        tables = torch.tensor(
-            [s.seq.block_table + [0] * (max_blocks - len(s.seq.block_table)) for s in seqs]
-        )
-        seq_idx = torch.arange(len(seqs))
+        max_blocks = max(len(t) for t in step.block_tables)
+        tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in step.block_tables])
+        seq_idx = torch.arange(len(step.starts))
         q_seq = torch.repeat_interleave(seq_idx, q_lens)
         q_first = torch.cumsum(q_lens, 0) - q_lens
         q_pos = starts[q_seq] + torch.arange(len(q_seq)) - q_first[q_seq]
@@ -62,29 +58,20 @@ class ModelRunner:
             mask=mask[None, None].to(self.device),
             kv_caches=self.kv_caches,
         )
-        return q_pos, q_seq, meta
+        return q_pos, meta
 
     @torch.inference_mode()
-    def execute(self, batch: SchedulerOutput, rows: torch.Tensor) -> torch.Tensor:
-        """Prefill/decode every scheduled token, write its KV, and return logits of `rows`.
-
-        Args:
-            batch: the scheduled sequences; token `i` of the flattened batch is token
-                `seq.num_computed_tokens + j` of its sequence.
-            rows: `[R]` int64 indices into the flattened batch whose logits are needed (the
-                last token of each sequence that samples, plus prompt rows for prompt logprobs).
+    def execute(self, step: StepInput) -> torch.Tensor:
+        """Prefill/decode every token of the step, write its KV, return logits of `step.rows`.
 
         Returns:
-            `[R, vocab_size]` float32 logits.
+            `[len(step.rows), vocab_size]` float32 logits on the model's device.
         """
-        ids: list[int] = []
-        for s in batch.scheduled:
-            start = s.seq.num_computed_tokens
-            ids.extend(s.seq.token_ids()[start : start + s.num_new_tokens])
-        q_pos, _, meta = self._metadata(batch)
-        input_ids = torch.tensor(ids, device=self.device)[None]
+        q_pos, meta = self._metadata(step)
+        input_ids = torch.tensor(step.token_ids, device=self.device)[None]
         with attention_context(meta):
             hidden = self.decoder(
                 input_ids=input_ids, position_ids=q_pos.to(self.device)[None], use_cache=False
             ).last_hidden_state
-        return self.lm_head(hidden[0, rows.to(self.device)]).float()
+        rows = torch.tensor(step.rows, dtype=torch.long, device=self.device)
+        return self.lm_head(hidden[0, rows]).float()

@@ -1,0 +1,51 @@
+"""`ascend-router doctor [--config CONFIG.yaml]`: is this machine ready to serve on Ascend NPUs?
+
+Prints `STATUS | CHECK | DETAIL | FIX`: platform, `npu-smi` (driver, firmware, per-card health
+and HBM), device files, `ASCEND_RT_VISIBLE_DEVICES`, CANN and `set_env.sh`, torch ↔ torch_npu
+pairing, `torch.npu`, Python, HCCL variables, Ray's NPU resources (only when a cluster already
+runs), and with `--config` each model's parallel sizes and memory against the devices. On a
+machine without NPUs it says so and reports the CPU fallback. Exit status 1 when any check
+FAILs, 0 otherwise, 2 on an unreadable config. Heavy imports happen when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add the `doctor` sub-command."""
+    p = subparsers.add_parser(
+        "doctor",
+        help="check drivers, CANN, torch_npu, devices and a config against this machine",
+        description="Check that this machine can serve on Ascend NPUs, with a suggested fix "
+        "for each problem.",
+    )
+    p.add_argument("--config", metavar="CONFIG.yaml", help="also check this config's models")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every check and print the report; returns the exit status."""
+    from npu_ops.doctor.report import exit_status
+    from npu_ops.doctor.run import DoctorContext, run_doctor
+    from npu_ops.planning.config_file import load_app_config
+    from npu_ops.report_table import format_table
+
+    config = None
+    if args.config:
+        try:
+            config = load_app_config(args.config)
+        except ValueError as exc:
+            print(f"ascend-router doctor: error: {exc}", file=sys.stderr)
+            return 2
+    checks = run_doctor(DoctorContext(), config)
+    rows = [[c.status.value, c.name, c.detail, c.fix] for c in checks]
+    print(format_table(["STATUS", "CHECK", "DETAIL", "FIX"], rows))
+    counts = {
+        s: sum(1 for c in checks if c.status.value == s) for s in ("FAIL", "WARN", "PASS", "SKIP")
+    }
+    print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return exit_status(checks)

@@ -1,0 +1,1 @@
+"""Tensor and expert parallelism across ranks (one Ray actor per rank)."""

@@ -1,0 +1,71 @@
+"""Modules that replace a layer by its sharded form and combine ranks' partial results.
+
+Megatron-LM's scheme (Shoeybi et al., 2019, section 3): column-parallel layers split their
+output features across ranks and need no communication; a row-parallel layer consumes the
+column-parallel shard and all-reduces its partial sums once. Expert parallel keeps a contiguous
+range of experts per rank; every rank routes all tokens, computes only its own experts, and the
+all-reduce sums the experts' contributions (dispatch/combine expressed as one all-reduce).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class RowParallelLinear(nn.Module):
+    """A linear layer whose input features are split across ranks.
+
+    Args:
+        inner: the layer with this rank's weight columns `[out, in / world]`; its bias, if any,
+            is added once, after the all-reduce.
+    """
+
+    def __init__(self, inner: nn.Linear) -> None:
+        super().__init__()
+        self.weight = inner.weight
+        self.bias = inner.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`[..., in / world]` -> `[..., out]`, summed over ranks."""
+        out = nn.functional.linear(x, self.weight)
+        dist.all_reduce(out)
+        return out if self.bias is None else out + self.bias
+
+
+class ReducedExperts(nn.Module):
+    """A routed-experts module whose output is a partial sum per rank.
+
+    Used both for tensor parallel inside each expert (intermediate size split) and for expert
+    parallel (experts split). For expert parallel, global expert ids are mapped to this rank's
+    local ids; experts of other ranks map to the module's skip id (`num_experts`, which the
+    transformers experts implementations ignore).
+
+    Args:
+        experts: the HF experts module, already holding only this rank's slice.
+        first_expert: global id of this rank's first expert (0 for tensor parallel).
+        num_local: experts held here.
+        remap: whether to remap ids (expert parallel).
+    """
+
+    def __init__(
+        self, experts: nn.Module, first_expert: int, num_local: int, remap: bool
+    ) -> None:
+        super().__init__()
+        self.experts = experts
+        self.first_expert = first_expert
+        self.num_local = num_local
+        self.remap = remap
+
+    def forward(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        """`[tokens, hidden]` with routing `[tokens, k]` -> `[tokens, hidden]`, summed over ranks."""
+        if self.remap:
+            local = top_k_index - self.first_expert
+            mine = (local >= 0) & (local < self.num_local)
+            top_k_index = torch.where(mine, local, torch.full_like(local, self.num_local))
+        out = self.experts(hidden_states, top_k_index, top_k_weights)
+        dist.all_reduce(out)
+        return out

@@ -1,0 +1,117 @@
+"""Runs steps on `tensor_parallel_size` rank actors placed in one Ray placement group.
+
+Each rank asks Ray for one `NPU` (Ascend) or one `GPU` (CUDA), or `rank_num_cpus` of a CPU here,
+in one placement group (`STRICT_PACK`: one node, so the group's collectives stay local). The
+engine (scheduler) sends every rank the same `StepInput`; rank 0 returns the logits.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import ray
+import torch
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from engine.kv_cache import KVCacheSpec
+from engine.parallel.worker import RankWorker
+from engine.step_input import StepInput
+from npu_ops.platform import DeviceKind, current_platform
+
+logger = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_bundle(rank_num_cpus: float) -> dict[str, float]:
+    """Ray resources of one rank on this platform."""
+    platform = current_platform()
+    if platform.kind is DeviceKind.CPU:
+        return {"CPU": rank_num_cpus}
+    return {"CPU": rank_num_cpus, platform.ray_resource: 1.0}
+
+
+class RayExecutor:
+    """Tensor/expert-parallel executor.
+
+    Args:
+        checkpoint: checkpoint path.
+        world: tensor parallel size (ranks).
+        expert_parallel: split routed experts across ranks.
+        spec: per-rank KV geometry.
+        num_blocks: KV blocks per rank.
+        block_size: tokens per block.
+        dtype: weights dtype.
+        rank_num_cpus: CPUs each rank reserves.
+        placement_timeout_s: how long to wait for the ranks' resources.
+
+    Raises:
+        RuntimeError: the placement group was not placed in time (names the resources asked
+            for and what the cluster has), or a rank failed to start.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str,
+        world: int,
+        expert_parallel: bool,
+        spec: KVCacheSpec,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        rank_num_cpus: float,
+        placement_timeout_s: float,
+    ) -> None:
+        bundle = rank_bundle(rank_num_cpus)
+        self.pg = placement_group([bundle] * world, strategy="STRICT_PACK")
+        ready, _ = ray.wait([self.pg.ready()], timeout=placement_timeout_s)
+        if not ready:
+            remove_placement_group(self.pg)
+            raise RuntimeError(
+                f"tensor_parallel_size={world} needs {world} x {bundle} on one node, but Ray "
+                f"could not place them within {placement_timeout_s:.0f}s (cluster resources: "
+                f"{ray.cluster_resources()}, available: {ray.available_resources()})"
+            )
+        init = f"tcp://127.0.0.1:{_free_port()}"
+        threads = max(1, int(rank_num_cpus)) if rank_num_cpus >= 1 else 1
+        resources = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
+        self.workers = [
+            RankWorker.options(
+                num_cpus=bundle["CPU"],
+                num_gpus=bundle.get("GPU", 0),
+                resources=resources,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, rank),
+            ).remote(
+                rank, world, init, checkpoint, spec, num_blocks, block_size, dtype,
+                expert_parallel, threads,
+            )
+            for rank in range(world)
+        ]
+        try:
+            ray.get([w.__ray_ready__.remote() for w in self.workers], timeout=placement_timeout_s)
+        except Exception:
+            self.shutdown()
+            raise
+        logger.info("tensor parallel: %d ranks of %s each", world, bundle)
+
+    def execute(self, step: StepInput) -> torch.Tensor:
+        """See `Executor.execute`; raises if any rank fails."""
+        outs = ray.get([w.execute.remote(step) for w in self.workers])
+        return outs[0]
+
+    def shutdown(self) -> None:
+        """Stop the ranks and free their resources."""
+        try:
+            ray.get([w.shutdown.remote() for w in self.workers], timeout=30)
+        except ray.exceptions.RayError:
+            logger.warning("a rank failed while shutting down", exc_info=True)
+        finally:
+            for w in self.workers:
+                ray.kill(w)
+            remove_placement_group(self.pg)

@@ -1,0 +1,118 @@
+"""Re-shape a loaded HF model into one tensor-/expert-parallel rank's shard.
+
+transformers' own tensor-parallel plans are a starting point but not enough: some layers are
+fused (Phi-3's `qkv_proj` = [q | k | v] and `gate_up_proj` = [gate | up]) and must be re-split per
+rank so each rank holds matching q/k/v heads and gate/up columns. Rules, by layer name:
+
+* column parallel (output rows split): `q_proj`, `k_proj`, `v_proj`, `q_b_proj`, `kv_b_proj`
+  (DeepSeek MLA, split by heads), `gate_proj`, `up_proj`;
+* fused column parallel: `qkv_proj` (parts q, k, v), Linear `gate_up_proj` (parts gate, up);
+* row parallel (input columns split, one all-reduce): `o_proj`, `down_proj`;
+* routed experts (3-D `gate_up_proj` / `down_proj` parameters): split each expert's
+  intermediate size (tensor parallel) or split the experts (expert parallel);
+* everything else (embeddings, norms, routers, `kv_a_proj_with_mqa`, LM head) is replicated.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from engine.parallel.layers import ReducedExperts, RowParallelLinear
+
+_COLUMN = {"q_proj", "k_proj", "v_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj"}
+_ROW = {"o_proj", "down_proj"}
+
+
+def _split(n: int, rank: int, world: int, what: str) -> slice:
+    if n % world:
+        raise ValueError(f"{what} ({n}) is not divisible by tensor_parallel_size {world}")
+    size = n // world
+    return slice(rank * size, (rank + 1) * size)
+
+
+def _column(layer: nn.Linear, parts: list[int], rank: int, world: int, name: str) -> None:
+    """Keep this rank's rows of every part (parts are consecutive row blocks)."""
+    rows, offset = [], 0
+    for size in parts:
+        s = _split(size, rank, world, f"{name} rows")
+        rows.append(torch.arange(offset + s.start, offset + s.stop))
+        offset += size
+    keep = torch.cat(rows)
+    layer.weight = nn.Parameter(layer.weight.data[keep].clone(), requires_grad=False)
+    if layer.bias is not None:
+        layer.bias = nn.Parameter(layer.bias.data[keep].clone(), requires_grad=False)
+    layer.out_features = len(keep)
+
+
+def _row(layer: nn.Linear, rank: int, world: int, name: str) -> RowParallelLinear:
+    cols = _split(layer.in_features, rank, world, f"{name} columns")
+    layer.weight = nn.Parameter(layer.weight.data[:, cols].clone(), requires_grad=False)
+    return RowParallelLinear(layer)
+
+
+def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) -> ReducedExperts:
+    gate_up, down = module.gate_up_proj.data, module.down_proj.data  # [E, 2I, H], [E, H, I]
+    if expert_parallel:
+        keep = _split(gate_up.shape[0], rank, world, "number of routed experts")
+        module.gate_up_proj = nn.Parameter(gate_up[keep].clone(), requires_grad=False)
+        module.down_proj = nn.Parameter(down[keep].clone(), requires_grad=False)
+        module.num_experts = keep.stop - keep.start
+        return ReducedExperts(module, keep.start, module.num_experts, remap=True)
+    inter = gate_up.shape[1] // 2
+    s = _split(inter, rank, world, "expert intermediate size")
+    gate, up = gate_up[:, :inter][:, s], gate_up[:, inter:][:, s]
+    module.gate_up_proj = nn.Parameter(torch.cat([gate, up], dim=1).clone(), requires_grad=False)
+    module.down_proj = nn.Parameter(down[:, :, s].clone(), requires_grad=False)
+    if hasattr(module, "intermediate_dim"):
+        module.intermediate_dim = s.stop - s.start
+    return ReducedExperts(module, 0, module.num_experts, remap=False)
+
+
+def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) -> None:
+    """Per-rank head counts on attention modules that read them in `forward`."""
+    for attr in ("num_heads", "num_key_value_heads"):
+        if hasattr(module, attr):
+            setattr(module, attr, getattr(module, attr) // world)
+    if getattr(module, "config", None) is config:
+        local = copy.copy(config)
+        local.num_attention_heads = config.num_attention_heads // world
+        local.num_key_value_heads = config.num_key_value_heads // world
+        module.config = local
+
+
+def shard_model(
+    model: nn.Module, config: PretrainedConfig, rank: int, world: int, expert_parallel: bool
+) -> nn.Module:
+    """Turn a full model into rank `rank`'s shard in place (needs an initialised process group).
+
+    Raises:
+        ValueError: a head count, intermediate size or expert count is not divisible by
+            `world`.
+    """
+    if world == 1:
+        return model
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    for parent in list(model.modules()):
+        if hasattr(parent, "o_proj"):
+            _attention_attrs(parent, config, world)
+        for name, child in list(parent.named_children()):
+            if name == "experts" and isinstance(getattr(child, "gate_up_proj", None), nn.Parameter):
+                setattr(parent, name, _experts(child, rank, world, expert_parallel))
+            elif not isinstance(child, nn.Linear):
+                continue
+            elif name in _COLUMN:
+                _column(child, [child.out_features], rank, world, name)
+            elif name == "qkv_proj":
+                parts = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
+                _column(child, parts, rank, world, name)
+            elif name == "gate_up_proj":
+                _column(child, [child.out_features // 2] * 2, rank, world, name)
+            elif name in _ROW:
+                setattr(parent, name, _row(child, rank, world, name))
+    return model

@@ -1,0 +1,75 @@
+"""One tensor-parallel rank: a Ray actor that holds a model shard and its KV cache."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import ray
+import torch
+import torch.distributed as dist
+
+from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.model_loader import CheckpointRef, load_config, load_model
+from engine.model_runner import ModelRunner
+from engine.parallel.sharding import shard_model
+from engine.step_input import StepInput
+from npu_ops.platform import current_platform
+
+logger = logging.getLogger(__name__)
+
+
+@ray.remote
+class RankWorker:
+    """Rank `rank` of `world`: joins the process group, loads and shards the model.
+
+    Args:
+        rank: this rank.
+        world: tensor parallel size.
+        init_method: `tcp://host:port` of the group's rendezvous.
+        checkpoint: checkpoint path.
+        spec: per-rank KV geometry.
+        num_blocks: KV blocks (the same on every rank).
+        block_size: tokens per block.
+        dtype: weights dtype.
+        expert_parallel: split MoE experts across ranks instead of each expert's width.
+        num_threads: CPU intra-op threads for this rank.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        init_method: str,
+        checkpoint: str,
+        spec: KVCacheSpec,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        expert_parallel: bool,
+        num_threads: int,
+    ) -> None:
+        platform = current_platform()
+        torch.set_num_threads(num_threads)
+        device = platform.device(0)  # Ray sets the visible-devices variable per actor
+        dist.init_process_group(
+            platform.dist_backend, init_method=init_method, rank=rank, world_size=world,
+            timeout=timedelta(seconds=120),
+        )
+        ref = CheckpointRef.from_path(checkpoint)
+        model = load_model(ref, dtype, device)
+        shard_model(model, load_config(ref), rank, world, expert_parallel)
+        caches = allocate_kv_caches(spec, num_blocks, block_size, device)
+        self.runner = ModelRunner(model, caches, block_size, device)
+        self.rank = rank
+        logger.info("rank %d/%d ready on %s (%s)", rank, world, device, platform.dist_backend)
+
+    def execute(self, step: StepInput) -> torch.Tensor | None:
+        """Run the step on this shard; rank 0 returns the logits (on the CPU), others None."""
+        logits = self.runner.execute(step)
+        return logits.cpu() if self.rank == 0 else None
+
+    def shutdown(self) -> None:
+        """Leave the process group."""
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,46 @@
+"""What every rank needs to run one step: the scheduler's decision as plain data.
+
+The scheduler lives with the engine (rank 0's side); tensor-parallel ranks receive this object
+and run the identical forward pass on their shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.scheduler import SchedulerOutput
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One flattened batch.
+
+    Attributes:
+        token_ids: `[T]` tokens of every scheduled sequence, concatenated.
+        starts: per sequence, the position of its first token in this step (tokens already in
+            the KV cache).
+        q_lens: per sequence, tokens in this step.
+        block_tables: per sequence, its KV block ids.
+        rows: indices into the flattened batch whose logits are needed.
+    """
+
+    token_ids: list[int]
+    starts: list[int]
+    q_lens: list[int]
+    block_tables: list[list[int]]
+    rows: list[int]
+
+    @classmethod
+    def from_schedule(cls, batch: SchedulerOutput, rows: list[int]) -> StepInput:
+        """Extract the step's data from scheduled sequences."""
+        token_ids: list[int] = []
+        for s in batch.scheduled:
+            start = s.seq.num_computed_tokens
+            token_ids.extend(s.seq.token_ids()[start : start + s.num_new_tokens])
+        return cls(
+            token_ids=token_ids,
+            starts=[s.seq.num_computed_tokens for s in batch.scheduled],
+            q_lens=[s.num_new_tokens for s in batch.scheduled],
+            block_tables=[list(s.seq.block_table) for s in batch.scheduled],
+            rows=rows,
+        )

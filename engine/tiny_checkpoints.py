@@ -1,0 +1,162 @@
+"""Tiny random checkpoints of each supported family, saved as real Hugging Face directories.
+
+For tests and for trying the serving stack without a model hub: `make_tiny_checkpoint` builds
+the family's `transformers` config with tiny sizes, initialises the model with seeded random
+weights and writes `config.json`, `generation_config.json` and safetensors shards with their
+`model.safetensors.index.json` (the layout of a real multi-shard checkpoint). Every size is
+divisible by 2 (heads, KV heads, intermediate sizes, experts) so tensor and expert parallel
+can split them over 2 ranks.
+
+With `real_vocab=True` the vocabulary size and the bos/eos/pad ids are those of the family's
+real checkpoints (Qwen2.5/Qwen3: 151936 padded rows, `<|endoftext|>` 151643, `<|im_end|>`
+151645; DeepSeek-V3: 129280 rows, bos 0, eos 1 — their `config.json` and
+`generation_config.json`), so the family's real tokenizer
+(`deployments.family_tokenizers.save_family_tokenizer`) can be saved next to the weights.
+Otherwise the vocabulary has `SMALL_VOCAB` entries, for fast engine tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+SMALL_VOCAB = 512
+"""Vocabulary of checkpoints made without a real tokenizer (bos 1, eos 2, pad 0)."""
+
+MAX_SHARD_SIZE = "64KB"
+"""Shard size limit passed to `save_pretrained`: small enough for at least two shards."""
+
+
+@dataclass(frozen=True)
+class VocabSpec:
+    """Vocabulary size and special-token ids a checkpoint's config and generation config carry.
+
+    Attributes:
+        size: embedding rows (the padded vocabulary of real checkpoints).
+        bos: begin-of-sequence id, or None when the family has none.
+        eos: end-of-sequence ids the generation config stops on (first: the config's own).
+        pad: padding id.
+    """
+
+    size: int
+    bos: int | None
+    eos: tuple[int, ...]
+    pad: int
+
+
+SMALL = VocabSpec(SMALL_VOCAB, bos=1, eos=(2,), pad=0)
+_QWEN = VocabSpec(151936, bos=151643, eos=(151645, 151643), pad=151643)
+_DEEPSEEK_V3 = VocabSpec(129280, bos=0, eos=(1,), pad=1)
+
+REAL_VOCABS: dict[str, VocabSpec] = {
+    "qwen2": _QWEN,
+    "qwen3": _QWEN,
+    "qwen3_moe": _QWEN,
+    "deepseek_v3": _DEEPSEEK_V3,
+}
+"""Families whose real tokenizer ships with this project -> their real vocabulary."""
+
+_DENSE: dict[str, Any] = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+}
+# DeepSeek's multi-head latent attention makes head sizes independent of hidden_size, so
+# hidden_size is smaller there (the 129280-row embedding and LM head dominate the file size).
+_MLA: dict[str, Any] = {
+    **_DENSE,
+    "hidden_size": 16,
+    "num_key_value_heads": 4,
+    "kv_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 16,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "first_k_dense_replace": 1,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+}
+
+FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {**_DENSE, "head_dim": 8, "tie_word_embeddings": True},
+    "qwen2": {**_DENSE, "tie_word_embeddings": True},
+    "qwen3": {**_DENSE, "head_dim": 8},
+    "qwen3_moe": {
+        **_DENSE,
+        "head_dim": 8,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "decoder_sparse_step": 1,
+        "norm_topk_prob": True,
+    },
+    "phi3": {**_DENSE},
+    "deepseek_v2": {**_MLA, "q_lora_rank": None},
+    "deepseek_v3": {**_MLA, "q_lora_rank": 48},
+}
+"""Family (`model_type`) -> tiny config fields; the rest are transformers' defaults."""
+
+
+def tiny_config(family: str, vocab: VocabSpec = SMALL) -> PretrainedConfig:
+    """The family's transformers config with tiny sizes and `vocab`'s size and special ids.
+
+    Raises:
+        ValueError: unknown family (the message lists `FAMILY_CONFIGS`).
+    """
+    if family not in FAMILY_CONFIGS:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILY_CONFIGS)}")
+    return CONFIG_MAPPING[family](
+        **FAMILY_CONFIGS[family],
+        vocab_size=vocab.size,
+        bos_token_id=vocab.bos,
+        eos_token_id=vocab.eos[0],
+        pad_token_id=vocab.pad,
+    )
+
+
+def make_tiny_checkpoint(
+    family: str, out_dir: str | Path, *, real_vocab: bool, seed: int = 0
+) -> Path:
+    """Write a tiny random checkpoint of `family` to `out_dir` (created if missing).
+
+    Args:
+        family: a key of `FAMILY_CONFIGS`.
+        out_dir: the checkpoint directory.
+        real_vocab: size the vocabulary for the family's real tokenizer (`REAL_VOCABS`);
+            else `SMALL_VOCAB`.
+        seed: seeds the random weights (same seed, same weights).
+
+    Returns:
+        `out_dir`, holding `config.json`, `generation_config.json`,
+        `model.safetensors.index.json` and `model-0000i-of-0000n.safetensors` (n >= 2); weights
+        are bfloat16.
+
+    Raises:
+        ValueError: unknown family, or `real_vocab` for a family without a shipped tokenizer.
+    """
+    if real_vocab and family not in REAL_VOCABS:
+        raise ValueError(
+            f"no real tokenizer for family {family!r}; families with one: {sorted(REAL_VOCABS)}"
+        )
+    vocab = REAL_VOCABS[family] if real_vocab else SMALL
+    config = tiny_config(family, vocab)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+    model.generation_config = GenerationConfig(
+        bos_token_id=vocab.bos, eos_token_id=list(vocab.eos), pad_token_id=vocab.pad
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, max_shard_size=MAX_SHARD_SIZE)
+    return out

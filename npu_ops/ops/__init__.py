@@ -1,0 +1,28 @@
+"""Fused ops: one pure-torch reference per op, device implementations chosen once at start-up.
+
+`active_ops()` is the table the engine calls through (`ops = active_ops(); ops.rms_norm(...)`).
+The op list and its implementations are in `npu_ops.ops.catalog`; selection rules in
+`npu_ops.ops.registry`. Override one op for debugging with
+`ASCEND_ROUTER_OP_IMPL="rms_norm=reference,swiglu=npu"`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from configs import envs
+from npu_ops.ops.catalog import REGISTRY
+from npu_ops.ops.registry import OpTable
+from npu_ops.platform import current_platform
+
+__all__ = ["REGISTRY", "OpTable", "active_ops"]
+
+
+@functools.cache
+def active_ops() -> OpTable:
+    """The implementation of every op for this process's platform, chosen (and logged) once.
+
+    Raises:
+        ValueError: `ASCEND_ROUTER_OP_IMPL` is malformed or names an unknown op/implementation.
+    """
+    return REGISTRY.select(current_platform().kind.value, envs.op_impl_overrides())

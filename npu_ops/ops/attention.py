@@ -1,0 +1,165 @@
+"""Attention for prefill (variable-length, causal) and for decode over a paged KV cache.
+
+Both are `softmax(scale * q k^T + mask) v` per sequence with grouped-query heads (query head `h`
+reads K/V head `h // (Nq / Nkv)`). The layouts are the ones the Ascend kernels take:
+
+- Prefill tokens are flattened, `[T, N, D]` (torch_npu `npu_fusion_attention` layout "TND",
+  Ascend op-plugin docs docs/context/torch_npu-npu_fusion_attention.md), one causal block per
+  sequence. The mask is bottom-right aligned ("rightDownCausal", `sparse_mode=3`): query `i` of a
+  sequence with `q_len` queries and `kv_len` keys sees keys `j <= i + kv_len - q_len`, so a
+  prefill chunk that continues a cached prefix attends to the whole prefix.
+- Decode reads the paged cache through a block table (torch_npu `npu_incre_flash_attention` with
+  `block_table`, docs/context/torch_npu-npu_incre_flash_attention.md): the cache is
+  `[num_blocks, block_size, Nkv, D]` (the engine's `[num_blocks * block_size, Nkv, D]` cache
+  viewed by block), the block table is int32 `[B, max_blocks]`, and `seq_lens` holds each
+  sequence's context length on the host, as `actual_seq_lengths` does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_lens(q_lens: list[int], kv_lens: list[int], t_q: int, t_kv: int) -> None:
+    """Validate per-sequence lengths against the flattened token counts.
+
+    Raises:
+        ValueError: counts differ, lengths do not sum to the tensors' tokens, or a sequence has
+            more queries than keys.
+    """
+    if len(q_lens) != len(kv_lens):
+        raise ValueError(f"{len(q_lens)} query lengths but {len(kv_lens)} key lengths")
+    if sum(q_lens) != t_q or sum(kv_lens) != t_kv:
+        raise ValueError(
+            f"lengths sum to {sum(q_lens)}/{sum(kv_lens)} tokens, tensors hold {t_q}/{t_kv}"
+        )
+    for q, kv in zip(q_lens, kv_lens, strict=True):
+        if q > kv:
+            raise ValueError(f"a sequence has {q} queries but only {kv} keys; need q_len <= kv_len")
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_offset: int | None
+) -> torch.Tensor:
+    """One sequence: q `[Sq, Nq, D]`, k `[Skv, Nkv, D]`, v `[Skv, Nkv, Dv]` → `[Sq, Nq, Dv]`."""
+    group = q.shape[1] // k.shape[1]
+    kf = k.float().repeat_interleave(group, dim=1)
+    vf = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * scale
+    if causal_offset is not None:
+        sq, skv = q.shape[0], k.shape[0]
+        allowed = torch.ones(sq, skv, dtype=torch.bool, device=q.device).tril(causal_offset)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = scores.softmax(dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, vf).to(q.dtype)
+
+
+def prefill_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    q_lens: list[int],
+    kv_lens: list[int],
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention over a flattened batch of sequences (prefill or prefill chunks).
+
+    Args:
+        query: `[Tq, Nq, D]`, the sequences' queries concatenated.
+        key: `[Tkv, Nkv, D]`, their keys concatenated (Nq a multiple of Nkv).
+        value: `[Tkv, Nkv, Dv]` (Dv may be smaller than D, as for DeepSeek MLA expanded).
+        q_lens: query tokens per sequence (host ints).
+        kv_lens: key tokens per sequence, each `>= q_len` (bottom-right aligned causal mask).
+        scale: softmax scale, usually `D ** -0.5`.
+
+    Returns:
+        `[Tq, Nq, Dv]` in `query.dtype`.
+
+    Raises:
+        ValueError: the lengths do not match the tensors, or a sequence has more queries than
+            keys.
+    """
+    check_lens(q_lens, kv_lens, query.shape[0], key.shape[0])
+    outs = []
+    q0 = k0 = 0
+    for q_len, kv_len in zip(q_lens, kv_lens, strict=True):
+        q = query[q0 : q0 + q_len]
+        outs.append(
+            _attend(q, key[k0 : k0 + kv_len], value[k0 : k0 + kv_len], scale, kv_len - q_len)
+        )
+        q0, k0 = q0 + q_len, k0 + kv_len
+    return torch.cat(outs, dim=0)
+
+
+def gather_context(
+    cache: torch.Tensor, block_table: torch.Tensor, seq_index: int, seq_len: int
+) -> torch.Tensor:
+    """The first `seq_len` cached tokens of sequence `seq_index`: `[seq_len, Nkv, D]`."""
+    block_size = cache.shape[1]
+    n_blocks = -(-seq_len // block_size)
+    blocks = block_table[seq_index, :n_blocks].long()
+    return cache.index_select(0, blocks).flatten(0, 1)[:seq_len]
+
+
+def check_paged_inputs(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: list[int],
+) -> None:
+    """Validate decode inputs against each other.
+
+    Raises:
+        ValueError: block table dtype/shape or `seq_lens` do not fit the batch and cache.
+    """
+    batch = query.shape[0]
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError(
+            f"block_table must be int32 [batch, max_blocks], got {block_table.dtype} "
+            f"{tuple(block_table.shape)}"
+        )
+    if block_table.shape[0] != batch or len(seq_lens) != batch:
+        raise ValueError(
+            f"batch is {batch} but block_table has {block_table.shape[0]} rows and seq_lens "
+            f"{len(seq_lens)} entries"
+        )
+    block_size = key_cache.shape[1]
+    need = -(-max(seq_lens) // block_size) if seq_lens else 0
+    if need > block_table.shape[1]:
+        raise ValueError(
+            f"a sequence of {max(seq_lens)} tokens needs {need} blocks of {block_size}, "
+            f"block_table has {block_table.shape[1]} columns"
+        )
+
+
+def paged_decode_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: list[int],
+    scale: float,
+) -> torch.Tensor:
+    """One new token per sequence attending to its whole cached context.
+
+    Args:
+        query: `[B, Nq, D]`, the new token of each sequence.
+        key_cache: `[num_blocks, block_size, Nkv, D]`, already holding the new tokens' keys.
+        value_cache: `[num_blocks, block_size, Nkv, Dv]`.
+        block_table: int32 `[B, max_blocks]`; row `b` lists sequence `b`'s blocks in order.
+        seq_lens: context length of each sequence, new token included (host ints).
+        scale: softmax scale.
+
+    Returns:
+        `[B, Nq, Dv]` in `query.dtype`.
+
+    Raises:
+        ValueError: inconsistent block table or lengths (see `check_paged_inputs`).
+    """
+    check_paged_inputs(query, key_cache, block_table, seq_lens)
+    outs = []
+    for b, seq_len in enumerate(seq_lens):
+        k = gather_context(key_cache, block_table, b, seq_len)
+        v = gather_context(value_cache, block_table, b, seq_len)
+        outs.append(_attend(query[b : b + 1], k, v, scale, causal_offset=None))
+    return torch.cat(outs, dim=0)

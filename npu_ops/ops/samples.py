@@ -1,0 +1,227 @@
+"""Realistic inputs for every op, for the op preflight (`ascend-router ops-check`).
+
+`OpShapes` holds the sizes; its defaults are Qwen2.5-7B's attention and MLP (28 query heads,
+4 K/V heads of 128, hidden 3584, intermediate 18944) and DeepSeek-V3's router (256 experts in 8
+groups, 4 groups and 8 experts per token, scaling 2.5). `OpShapes.for_model` takes them from a
+model's checkpoint config or `shape` section instead. Inputs are built on the host from a seeded
+generator, so every implementation and the reference see the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+
+from npu_ops.ops import moe_routing
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class OpShapes:
+    """Sizes of the preflight inputs (see the module docstring for the defaults' source)."""
+
+    dtype: torch.dtype = torch.bfloat16
+    hidden_size: int = 3584
+    intermediate_size: int = 18944
+    num_heads: int = 28
+    num_kv_heads: int = 4
+    k_head_dim: int = 128
+    v_head_dim: int = 128
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    block_size: int = 128
+    num_experts: int = 256
+    top_k: int = 8
+    num_groups: int = 8
+    topk_groups: int = 4
+    routed_scaling_factor: float = 2.5
+    softmax_experts: int = 64
+    softmax_top_k: int = 6
+    num_tokens: int = 64
+    prefill_q_lens: tuple[int, ...] = (256, 96)
+    prefill_kv_lens: tuple[int, ...] = (256, 160)  # the second continues a cached prefix
+    decode_lens: tuple[int, ...] = (300, 17, 128, 1000)
+
+    @classmethod
+    def for_model(
+        cls,
+        dtype: torch.dtype,
+        *,
+        num_kv_heads: int,
+        k_head_dim: int,
+        v_head_dim: int,
+        block_size: int,
+        hf_config: PretrainedConfig | None = None,
+    ) -> OpShapes:
+        """Shapes of one model: K/V geometry always, the rest from its config when known.
+
+        Without a checkpoint config the query heads are not known; they are taken as
+        `4 × num_kv_heads` when the K/V heads are few (grouped-query attention) and equal to
+        them otherwise (multi-head, or DeepSeek MLA expanded).
+        """
+        heads = num_kv_heads * 4 if num_kv_heads <= 8 else num_kv_heads
+        shapes = replace(
+            cls(),
+            dtype=dtype,
+            num_heads=heads,
+            num_kv_heads=num_kv_heads,
+            k_head_dim=k_head_dim,
+            v_head_dim=v_head_dim,
+            block_size=block_size,
+        )
+        if hf_config is None:
+            return shapes
+        c = hf_config
+        updates: dict[str, Any] = {
+            "hidden_size": getattr(c, "hidden_size", shapes.hidden_size),
+            "num_heads": getattr(c, "num_attention_heads", shapes.num_heads),
+            "intermediate_size": getattr(c, "moe_intermediate_size", None)
+            or getattr(c, "intermediate_size", shapes.intermediate_size),
+            "rms_norm_eps": getattr(c, "rms_norm_eps", shapes.rms_norm_eps),
+            "rope_theta": getattr(c, "rope_theta", shapes.rope_theta) or shapes.rope_theta,
+        }
+        experts = getattr(c, "n_routed_experts", None) or getattr(c, "num_experts", None)
+        top_k = getattr(c, "num_experts_per_tok", None)
+        if experts and top_k:
+            if getattr(c, "scoring_func", "softmax") == "sigmoid":
+                updates |= {
+                    "num_experts": experts,
+                    "top_k": top_k,
+                    "num_groups": getattr(c, "n_group", 1) or 1,
+                    "topk_groups": getattr(c, "topk_group", 1) or 1,
+                    "routed_scaling_factor": getattr(c, "routed_scaling_factor", 1.0),
+                }
+            else:
+                updates |= {"softmax_experts": experts, "softmax_top_k": top_k}
+        return replace(shapes, **updates)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """Positional arguments of one op call, all tensors on the host."""
+
+    args: tuple[Any, ...]
+
+    def to(self, device: torch.device) -> OpCase:
+        """The same arguments with every tensor moved to `device`."""
+        return OpCase(tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in self.args))
+
+
+def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
+def _rope(s: OpShapes, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin `[T, D]` in the "half" layout for positions 0..T-1 (transformers' RoPE)."""
+    d = s.k_head_dim
+    inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    freqs = torch.outer(torch.arange(tokens, dtype=torch.float32), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(s.dtype), emb.sin().to(s.dtype)
+
+
+def _topk_ids(g: torch.Generator, tokens: int, experts: int, k: int) -> torch.Tensor:
+    return torch.rand(tokens, experts, generator=g).topk(k, dim=-1).indices.to(torch.int32)
+
+
+def _block_table(g: torch.Generator, lens: tuple[int, ...], block_size: int) -> torch.Tensor:
+    need = [-(-n // block_size) for n in lens]
+    width = max(need)
+    blocks = torch.randperm(sum(need) + 3, generator=g).to(torch.int32)
+    table = torch.zeros(len(lens), width, dtype=torch.int32)
+    start = 0
+    for row, n in enumerate(need):
+        table[row, :n] = blocks[start : start + n]
+        start += n
+    return table
+
+
+def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
+    """Inputs of `op` at shapes `s` (see `npu_ops.ops.catalog` for each op's signature).
+
+    Raises:
+        ValueError: unknown op.
+    """
+    g = torch.Generator().manual_seed(seed)
+    t, h, dt = s.num_tokens, s.hidden_size, s.dtype
+    half = dt if dt in HALF_DTYPES else torch.bfloat16  # W8A8 ops take float16/bfloat16
+    builders: dict[str, Callable[[], tuple[Any, ...]]] = {
+        "rms_norm": lambda: (_randn(g, t, h, dtype=dt), _randn(g, h, dtype=dt), s.rms_norm_eps),
+        "add_rms_norm": lambda: (
+            _randn(g, t, h, dtype=dt),
+            _randn(g, t, h, dtype=dt),
+            _randn(g, h, dtype=dt),
+            s.rms_norm_eps,
+        ),
+        "rotary_embedding": lambda: (
+            _randn(g, t, s.num_heads, s.k_head_dim, dtype=dt),
+            *_rope(s, t),
+            "half",
+        ),
+        "swiglu": lambda: (_randn(g, t, 2 * s.intermediate_size, dtype=dt),),
+        "prefill_attention": lambda: (
+            _randn(g, sum(s.prefill_q_lens), s.num_heads, s.k_head_dim, dtype=dt),
+            _randn(g, sum(s.prefill_kv_lens), s.num_kv_heads, s.k_head_dim, dtype=dt),
+            _randn(g, sum(s.prefill_kv_lens), s.num_kv_heads, s.v_head_dim, dtype=dt),
+            list(s.prefill_q_lens),
+            list(s.prefill_kv_lens),
+            s.k_head_dim**-0.5,
+        ),
+        "paged_decode_attention": lambda: _decode_case(g, s),
+        "moe_grouped_topk": lambda: (
+            _randn(g, t, s.num_experts, dtype=torch.float32),
+            _randn(g, s.num_experts, dtype=torch.float32, scale=0.1),
+            s.top_k,
+            s.num_groups,
+            s.topk_groups,
+            s.routed_scaling_factor,
+        ),
+        "moe_topk_softmax": lambda: (
+            _randn(g, t, s.softmax_experts, dtype=torch.float32),
+            s.softmax_top_k,
+        ),
+        "moe_dispatch": lambda: (
+            _randn(g, t, h, dtype=dt),
+            _topk_ids(g, t, s.softmax_experts, s.softmax_top_k),
+            s.softmax_experts,
+        ),
+        "moe_combine": lambda: _combine_case(g, s),
+        "dynamic_quant": lambda: (_randn(g, t, h, dtype=half),),
+        "quant_matmul": lambda: (
+            torch.randint(-128, 128, (t, h), generator=g, dtype=torch.int8),
+            torch.randint(-128, 128, (h, h), generator=g, dtype=torch.int8),  # o_proj-sized
+            torch.rand(h, generator=g) * 1e-3,
+            torch.rand(t, generator=g) * 1e-2,
+            half,
+        ),
+    }
+    if op not in builders:
+        raise ValueError(f"no preflight inputs for op {op!r}")
+    return OpCase(builders[op]())
+
+
+def _decode_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    table = _block_table(g, s.decode_lens, s.block_size)
+    num_blocks = int(table.max()) + 4
+    cache = (num_blocks, s.block_size, s.num_kv_heads)
+    return (
+        _randn(g, len(s.decode_lens), s.num_heads, s.k_head_dim, dtype=s.dtype),
+        _randn(g, *cache, s.k_head_dim, dtype=s.dtype),
+        _randn(g, *cache, s.v_head_dim, dtype=s.dtype),
+        table,
+        list(s.decode_lens),
+        s.k_head_dim**-0.5,
+    )
+
+
+def _combine_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    t, k = s.num_tokens, s.softmax_top_k
+    ids = _topk_ids(g, t, s.softmax_experts, k)
+    _, row_idx, _ = moe_routing.moe_dispatch(torch.zeros(t, 1), ids, s.softmax_experts)
+    weights = torch.rand(t, k, generator=g).softmax(dim=-1).to(s.dtype)
+    return (_randn(g, t * k, s.hidden_size, dtype=s.dtype), row_idx, weights, ids)

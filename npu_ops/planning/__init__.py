@@ -1,0 +1,1 @@
+"""Deployment planning: read a Serve config, learn each model's shapes, plan its memory."""

@@ -1,0 +1,62 @@
+"""Read the router's typed config from a Ray Serve YAML (or a bare `args` mapping)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from configs.model_config import ModelDeploymentConfig, RouterAppConfig
+
+APP_IMPORT_PATH = "router.app:build_app"
+
+
+def _router_args(doc: Any, path: Path) -> Any:
+    if isinstance(doc, dict) and "applications" in doc:
+        apps = doc["applications"] or []
+        for app in apps:
+            if isinstance(app, dict) and app.get("import_path") == APP_IMPORT_PATH:
+                return app.get("args")
+        raise ValueError(f"{path}: no application with import_path {APP_IMPORT_PATH!r}")
+    if isinstance(doc, dict) and "models" in doc:
+        return doc
+    raise ValueError(f"{path}: neither a Serve config (applications: ...) nor router args")
+
+
+def load_app_config(path: str | Path) -> RouterAppConfig:
+    """The `RouterAppConfig` of the ascend-router application in a Serve YAML.
+
+    Accepts a full Serve config (`applications: [{import_path: router.app:build_app, args}]`,
+    like `configs/prod.yaml`) or the `args` mapping alone.
+
+    Raises:
+        ValueError: the file cannot be read or parsed, has no ascend-router application, or
+            fails validation (the message names the file and the bad field).
+    """
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not YAML: {exc}") from None
+    try:
+        return RouterAppConfig.model_validate(_router_args(doc, path))
+    except ValidationError as exc:
+        raise ValueError(f"{path}: invalid config:\n{exc}") from None
+
+
+def pick_model(config: RouterAppConfig, model_id: str | None) -> ModelDeploymentConfig:
+    """The deployment called `model_id`, or the config's default model.
+
+    Raises:
+        ValueError: no deployment has that id.
+    """
+    wanted = model_id or config.default
+    for model in config.models:
+        if model.model_id == wanted:
+            return model
+    known = ", ".join(m.model_id for m in config.models)
+    raise ValueError(f"no model {wanted!r} in the config; models: {known}")

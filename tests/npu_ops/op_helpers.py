@@ -1,0 +1,48 @@
+"""Shared helpers of the op tests."""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+
+import torch
+
+from npu_ops.ops.samples import OpShapes
+
+
+def small_shapes(dtype: torch.dtype = torch.float32, **overrides: object) -> OpShapes:
+    """Small but structurally complete shapes (GQA, two block sizes' worth, grouped routing)."""
+    fields: dict[str, object] = {
+        "dtype": dtype,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "k_head_dim": 16,
+        "v_head_dim": 16,
+        "block_size": 16,
+        "num_experts": 32,
+        "top_k": 4,
+        "num_groups": 4,
+        "topk_groups": 2,
+        "routed_scaling_factor": 2.5,
+        "softmax_experts": 8,
+        "softmax_top_k": 2,
+        "num_tokens": 12,
+        "prefill_q_lens": (7, 3),
+        "prefill_kv_lens": (7, 9),
+        "decode_lens": (5, 17, 33),
+    }
+    fields.update(overrides)
+    return OpShapes(**fields)  # type: ignore[arg-type]
+
+
+def run_command(module: ModuleType, argv: list[str]) -> int:
+    """Run one `ascend-router` sub-command module with `argv`, as `cli.main.main` would.
+
+    Only this module is registered, so the test does not depend on the other sub-commands.
+    """
+    parser = argparse.ArgumentParser(prog="ascend-router")
+    module.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
