@@ -42,18 +42,27 @@ def tokenizer(smollm2_path: str) -> Any:
 
 
 @pytest.fixture(scope="session")
-def serve_url() -> Iterator[str]:
-    """Base URL of the `ascend-router` app from configs/local.yaml, served by real Ray Serve."""
+def ray_session() -> Iterator[None]:
+    """One local Ray instance for the whole test session (2 CPUs), shut down at the end."""
     import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_url(ray_session: None) -> Iterator[str]:
+    """Base URL of the `ascend-router` app from configs/local.yaml, served by real Ray Serve."""
     from ray import serve
 
     from router.app import APP_NAME, build_app
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": SERVE_PORT})
     serve.run(build_app(local_app_args()), name=APP_NAME, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{SERVE_PORT}"
     finally:
         serve.shutdown()
-        ray.shutdown()

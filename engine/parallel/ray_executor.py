@@ -82,7 +82,7 @@ class RayExecutor:
         threads = max(1, int(rank_num_cpus)) if rank_num_cpus >= 1 else 1
         resources = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
         self.workers = [
-            RankWorker.options(
+            ray.remote(RankWorker).options(
                 num_cpus=bundle["CPU"],
                 num_gpus=bundle.get("GPU", 0),
                 resources=resources,

@@ -61,6 +61,7 @@ def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) ->
         module.gate_up_proj = nn.Parameter(gate_up[keep].clone(), requires_grad=False)
         module.down_proj = nn.Parameter(down[keep].clone(), requires_grad=False)
         module.num_experts = keep.stop - keep.start
+        module._is_expert_parallel = True  # transformers' experts kernels then skip the sentinel
         return ReducedExperts(module, keep.start, module.num_experts, remap=True)
     inter = gate_up.shape[1] // 2
     s = _split(inter, rank, world, "expert intermediate size")
@@ -77,7 +78,7 @@ def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) ->
     for attr in ("num_heads", "num_key_value_heads"):
         if hasattr(module, attr):
             setattr(module, attr, getattr(module, attr) // world)
-    if getattr(module, "config", None) is config:
+    if hasattr(module, "config"):
         local = copy.copy(config)
         local.num_attention_heads = config.num_attention_heads // world
         local.num_key_value_heads = config.num_key_value_heads // world
@@ -88,6 +89,13 @@ def shard_model(
     model: nn.Module, config: PretrainedConfig, rank: int, world: int, expert_parallel: bool
 ) -> nn.Module:
     """Turn a full model into rank `rank`'s shard in place (needs an initialised process group).
+
+    Args:
+        model: the loaded HF model (its own `config` is used).
+        config: `model.config`.
+        rank: this rank.
+        world: tensor parallel size.
+        expert_parallel: split routed experts instead of each expert's width.
 
     Raises:
         ValueError: a head count, intermediate size or expert count is not divisible by

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-import ray
 import torch
 import torch.distributed as dist
 
 from engine.kv_cache import KVCacheSpec, allocate_kv_caches
-from engine.model_loader import CheckpointRef, load_config, load_model
+from engine.model_loader import CheckpointRef, load_model
 from engine.model_runner import ModelRunner
 from engine.parallel.sharding import shard_model
 from engine.step_input import StepInput
@@ -19,9 +18,11 @@ from npu_ops.platform import current_platform
 logger = logging.getLogger(__name__)
 
 
-@ray.remote
 class RankWorker:
     """Rank `rank` of `world`: joins the process group, loads and shards the model.
+
+    Made a Ray actor with `ray.remote(RankWorker)` by the executor (decorating the class here
+    would make Ray pickle its methods by value instead of by reference).
 
     Args:
         rank: this rank.
@@ -58,7 +59,7 @@ class RankWorker:
         )
         ref = CheckpointRef.from_path(checkpoint)
         model = load_model(ref, dtype, device)
-        shard_model(model, load_config(ref), rank, world, expert_parallel)
+        shard_model(model, model.config, rank, world, expert_parallel)
         caches = allocate_kv_caches(spec, num_blocks, block_size, device)
         self.runner = ModelRunner(model, caches, block_size, device)
         self.rank = rank

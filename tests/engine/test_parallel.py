@@ -1,0 +1,50 @@
+"""Tensor parallel 2 == 1 (Qwen, Phi-3) and expert parallel 2 == 1 (DeepSeek), through the real
+multi-rank path: rank actors in a Ray placement group joined by a gloo process group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engine_helpers import greedy, run_to_completion
+
+from configs.engine_config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.tiny_checkpoints import make_tiny_checkpoint
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
+
+
+def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
+    config = EngineConfig(
+        dtype="float32", num_kv_blocks=64, block_size=8, max_num_batched_tokens=16,
+        rank_num_cpus=0.25,
+    )
+    engine = LLMEngine(str(path), config, tensor_parallel_size=tp, expert_parallel=ep)
+    try:
+        for i, p in enumerate(PROMPTS):
+            engine.add_request(str(i), p, greedy(12))
+        out = run_to_completion(engine)
+        assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+        return out
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("family", "ep"),
+    [("qwen2", False), ("phi3", False), ("deepseek_v3", True), ("deepseek_v3", False)],
+    ids=["qwen2-tp2", "phi3-tp2", "deepseek_v3-ep2", "deepseek_v3-tp2"],
+)
+def test_two_ranks_equal_one(ray_session: None, tmp_path: Path, family: str, ep: bool) -> None:
+    path = tmp_path / family
+    make_tiny_checkpoint(family, path, with_tokenizer=False)
+    assert _generate(path, 2, ep) == _generate(path, 1, False)
+
+
+def test_missing_rank_resources_fail_fast_naming_them(ray_session: None, tmp_path: Path) -> None:
+    path = tmp_path / "qwen2"
+    make_tiny_checkpoint("qwen2", path, with_tokenizer=False)
+    config = EngineConfig(dtype="float32", num_kv_blocks=64, rank_num_cpus=8, placement_timeout_s=3)
+    with pytest.raises(RuntimeError, match=r"tensor_parallel_size=2 needs 2 x \{'CPU': 8"):
+        LLMEngine(str(path), config, tensor_parallel_size=2)
