@@ -70,7 +70,12 @@ class ModelServer:
         self.config = ModelDeploymentConfig.model_validate(config)
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
-        self.engine = AsyncEngine(LLMEngine(checkpoint, self.config.engine))
+        self.engine = AsyncEngine(
+            LLMEngine(
+                checkpoint, self.config.engine, self.config.tensor_parallel_size,
+                self.config.expert_parallel,
+            )
+        )
         cfg = self.config
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
         settings = ChatSettings(cfg.model_id, _tool_parser(cfg, template), cfg.strict_tool_history)

@@ -43,10 +43,11 @@ def tokenizer(smollm2_path: str) -> Any:
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
-    """One local Ray instance for the whole test session (2 CPUs), shut down at the end."""
+    """One local Ray instance for the whole test session, shut down at the end."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Logical CPUs: replicas and rank actors reserve fractions; 4 lets two apps coexist here.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
