@@ -36,6 +36,9 @@ class EngineConfig(BaseModel):
     num_kv_blocks: int | None = Field(
         None, gt=0, description="Hand-set KV block count; overrides the memory-derived one."
     )
+    enable_prefix_caching: bool = Field(
+        True, description="Share KV blocks of identical prompt prefixes across requests."
+    )
     max_num_seqs: int = Field(64, gt=0, description="Sequences in the running batch at most.")
     max_num_batched_tokens: int = Field(
         2048, gt=0, description="Tokens per engine step at most (prefill chunks + decodes)."

@@ -1,16 +1,37 @@
-"""Paged KV-cache bookkeeping: fixed-size blocks, a free pool and reference counts.
+"""Paged KV-cache bookkeeping: fixed-size blocks, a free pool, reference counts and a prefix
+cache.
 
 The layout follows vLLM's PagedAttention (Kwon et al., 2023, "Efficient Memory Management for
 Large Language Model Serving with PagedAttention"): a sequence's KV lives in `block_size`-token
 blocks listed in its block table; token `p` of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
+
+Prefix caching (as in vLLM's automatic prefix caching): every full block is identified by a
+hash chained from its prefix, `hash((parent_hash, block_token_ids, extra_key))`, so two requests
+with the same leading tokens share those blocks (reference counts). A block whose count drops to
+zero keeps its KV and hash and goes to the free pool in least-recently-used order; it is reused
+on a later hit or evicted (its hash forgotten) when the pool hands it out for new tokens.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from engine.sequence import Sequence
+
+
+@dataclass
+class PrefixCacheStats:
+    """Prefix-cache counters, in blocks."""
+
+    queries: int = 0
+    hits: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits / queries (0 before any query)."""
+        return self.hits / self.queries if self.queries else 0.0
 
 
 class BlockManager:
@@ -19,22 +40,27 @@ class BlockManager:
     Args:
         num_blocks: blocks in the cache.
         block_size: tokens per block.
+        enable_prefix_caching: share identical full prefix blocks across sequences.
 
     Running out of blocks is a return value (`False`), never an exception: the scheduler then
     waits or preempts.
     """
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"num_blocks ({num_blocks}) and block_size ({block_size}) must be > 0")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._hash_of: list[int | None] = [None] * num_blocks
+        self._cached: dict[int, int] = {}  # block hash -> block id
+        self.stats = PrefixCacheStats()
 
     @property
     def num_free_blocks(self) -> int:
-        """Blocks in the free pool."""
+        """Blocks with no reference (cached ones included: they can be evicted)."""
         return len(self._free)
 
     def blocks_needed(self, num_tokens: int) -> int:
@@ -44,6 +70,41 @@ class BlockManager:
     def can_ever_fit(self, num_tokens: int) -> bool:
         """Whether a sequence of `num_tokens` tokens fits in the whole cache."""
         return self.blocks_needed(num_tokens) <= self.num_blocks
+
+    def _chain(self, seq: Sequence, upto_blocks: int) -> list[int]:
+        """Hashes of the sequence's first `upto_blocks` full blocks (memoised on the sequence)."""
+        tokens = seq.token_ids()
+        bs = self.block_size
+        while len(seq.block_hashes) < upto_blocks:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            seq.block_hashes.append(hash((parent, tuple(tokens[i * bs : (i + 1) * bs]), seq.cache_key)))
+        return seq.block_hashes[:upto_blocks]
+
+    def match_prefix(self, seq: Sequence) -> int:
+        """Attach cached blocks for the longest cached prefix of a sequence with no blocks.
+
+        At least one token is always left to compute (its logits are needed).
+
+        Returns:
+            Tokens whose KV came from the cache (also set as `seq.num_computed_tokens`).
+        """
+        assert not seq.block_table, "match_prefix on a sequence that holds blocks"
+        if not self.enable_prefix_caching:
+            return 0
+        full = (seq.num_tokens - 1) // self.block_size
+        for h in self._chain(seq, full):
+            self.stats.queries += 1
+            block = self._cached.get(h)
+            if block is None:
+                break
+            self.stats.hits += 1
+            if self.ref_counts[block] == 0:
+                del self._free[block]
+            self.ref_counts[block] += 1
+            seq.block_table.append(block)
+        seq.num_computed_tokens = len(seq.block_table) * self.block_size
+        return seq.num_computed_tokens
 
     def ensure_capacity(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow `seq.block_table` to hold `num_tokens` tokens.
@@ -57,11 +118,26 @@ class BlockManager:
         if missing > len(self._free):
             return False
         for _ in range(missing):
-            block = self._free.popleft()
+            block, _ = self._free.popitem(last=False)  # least recently used first
             assert self.ref_counts[block] == 0, f"free block {block} has references"
+            old = self._hash_of[block]
+            if old is not None:  # evict: its KV is about to be overwritten
+                del self._cached[old]
+                self._hash_of[block] = None
             self.ref_counts[block] = 1
             seq.block_table.append(block)
         return True
+
+    def commit(self, seq: Sequence) -> None:
+        """Register the sequence's newly computed full blocks in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        full = seq.num_computed_tokens // self.block_size
+        for i, h in enumerate(self._chain(seq, full)):
+            block = seq.block_table[i]
+            if self._hash_of[block] is None and h not in self._cached:
+                self._hash_of[block] = h
+                self._cached[h] = block
 
     def free(self, seq: Sequence) -> None:
         """Release every block of `seq` (on finish, abort or preemption)."""
@@ -69,10 +145,10 @@ class BlockManager:
             assert self.ref_counts[block] > 0, f"double free of block {block}"
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
-                self._free.append(block)
+                self._free[block] = None  # most recently used end
         seq.block_table = []
         seq.num_computed_tokens = 0
 
     def usage(self) -> float:
-        """Fraction of blocks in use, in [0, 1]."""
+        """Fraction of blocks referenced by running sequences, in [0, 1]."""
         return 1.0 - len(self._free) / self.num_blocks

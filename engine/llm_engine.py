@@ -84,7 +84,9 @@ class LLMEngine:
         )
         spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
         num_blocks = self._num_blocks(spec)
-        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
         )
@@ -257,6 +259,7 @@ class LLMEngine:
         sampling = [s for s in batch.scheduled if s.sample]
         for s in batch.scheduled:
             s.seq.num_computed_tokens += s.num_new_tokens
+            self.block_manager.commit(s.seq)
         if not sampling:
             return []
         tokens, logprobs = sample(logits[n_prompt_rows:], [s.seq for s in sampling])

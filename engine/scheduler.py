@@ -119,9 +119,13 @@ class Scheduler:
             not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
         ):
             seq = self.waiting[0]
+            if not seq.block_table and seq.params.prompt_logprobs is None:
+                # prompt logprobs need every prompt position computed, so no cache hits then
+                self.block_manager.match_prefix(seq)
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             target = seq.num_computed_tokens + n
             if not self.block_manager.ensure_capacity(seq, target):
+                self.block_manager.free(seq)  # do not hold cache hits while waiting
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING

@@ -34,6 +34,9 @@ class Sequence:
         generator: a seeded RNG when the request has a seed.
         prompt_logprobs: logprobs of prompt tokens 1.. collected so far (prefill may be chunked).
         prompt_logprobs_sent: whether they went out with the first output.
+        block_hashes: prefix-cache hashes of the sequence's full blocks, chained.
+        cache_key: anything besides token ids that changes the KV (e.g. a LoRA id), hashed
+            into every block; None for the base model.
     """
 
     request_id: str
@@ -46,6 +49,8 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     generator: torch.Generator | None = None
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    cache_key: int | None = None
     prompt_logprobs_sent: bool = False
 
     @property

@@ -63,3 +63,25 @@ def test_continuous_batch_matches_generate(make_engine, tokenizer, hf_model, bud
     for i, p in enumerate(prompts):
         _assert_same_until_tie(ours[str(i)], _reference(hf_model, p), p, hf_model)
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_prefix_cache_hits_keep_greedy_equal(make_engine, tokenizer, hf_model) -> None:
+    engine = make_engine(max_num_batched_tokens=64, block_size=8)
+    system = {"role": "system", "content": "You are a terse assistant. " * 4}
+    prompts = [
+        tokenizer.apply_chat_template(
+            [system, {"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+        )["input_ids"]
+        for p in PROMPTS[:2]
+    ]
+    engine.add_request("warm", prompts[0], greedy(4))
+    run_to_completion(engine)
+    ours: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, greedy(16))
+    run_to_completion(engine, ours)
+    stats = engine.block_manager.stats
+    assert stats.hits >= 2 * (len(prompts[0]) // 8 - 1), stats  # both reused the shared prefix
+    for i, p in enumerate(prompts):
+        ref = hf_greedy(hf_model, p, 16)
+        _assert_same_until_tie(ours[str(i)], ref, p, hf_model)
