@@ -1,4 +1,8 @@
-"""Where the forward pass runs: in this process (one rank) or on tensor-parallel rank actors."""
+"""Where the forward pass runs: in this process (one rank) or on tensor-parallel rank actors.
+
+Start-up is three steps so the KV cache can be sized from measured memory: load the weights,
+`profile` a forward pass at the largest step, then `allocate_kv` the blocks the engine decided.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,21 @@ from typing import Protocol
 
 import torch
 
+from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec, allocate_kv_caches
-from engine.model_loader import CheckpointRef, load_model
 from engine.model_runner import ModelRunner
 from engine.step_input import StepInput
+from npu_ops.platform import current_platform
 
 
 class Executor(Protocol):
     """Runs steps on the model; the engine does not care how many ranks there are."""
+
+    def profile(self, num_tokens: int) -> MemoryProfile:
+        """Memory figures after a forward pass of `num_tokens` tokens (the tightest rank)."""
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        """Allocate the KV cache; `execute` works only after this."""
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """Logits `[len(step.rows), vocab_size]` float32 for the step."""
@@ -22,34 +33,55 @@ class Executor(Protocol):
         """Release ranks and devices."""
 
 
-class LocalExecutor:
-    """The whole model in this process (tensor parallel size 1).
+class ModelShard:
+    """One rank's model (or the whole model) plus, once allocated, its KV cache.
 
     Args:
-        ref: the checkpoint.
-        spec: KV geometry.
-        num_blocks: KV blocks to allocate.
+        model: the loaded (possibly sharded) HF model, on `device`.
+        spec: this rank's KV geometry.
         block_size: tokens per block.
-        dtype: weights and activations dtype.
-        device: where to run.
+        device: where the model lives.
     """
 
     def __init__(
-        self,
-        ref: CheckpointRef,
-        spec: KVCacheSpec,
-        num_blocks: int,
-        block_size: int,
-        dtype: torch.dtype,
-        device: torch.device,
+        self, model: torch.nn.Module, spec: KVCacheSpec, block_size: int, device: torch.device
     ) -> None:
-        model = load_model(ref, dtype, device)
-        caches = allocate_kv_caches(spec, num_blocks, block_size, device)
-        self.runner = ModelRunner(model, caches, block_size, device)
+        self.model = model
+        self.spec = spec
+        self.block_size = block_size
+        self.device = device
+        self.runner: ModelRunner | None = None
+
+    def profile(self, num_tokens: int) -> MemoryProfile:
+        """Run one prefill of `num_tokens` tokens against a scratch cache and measure memory."""
+        platform = current_platform()
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        blocks = -(-num_tokens // self.block_size)
+        scratch = allocate_kv_caches(self.spec, blocks, self.block_size, self.device)
+        runner = ModelRunner(self.model, scratch, self.block_size, self.device)
+        platform.reset_peak_memory()
+        runner.execute(
+            StepInput([0] * num_tokens, [0], [num_tokens], [list(range(blocks))], [num_tokens - 1])
+        )
+        platform.synchronize()
+        peak = max(0, platform.peak_memory_allocated() - weights)
+        del runner, scratch
+        _, total = platform.memory_info(self.device.index or 0)
+        return MemoryProfile(total=total, weights=weights, peak_activations=peak)
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        """Allocate the KV cache and make the shard ready to execute."""
+        caches = allocate_kv_caches(self.spec, num_blocks, self.block_size, self.device)
+        self.runner = ModelRunner(self.model, caches, self.block_size, self.device)
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """See `Executor.execute`."""
+        assert self.runner is not None, "execute before allocate_kv"
         return self.runner.execute(step)
+
+
+class LocalExecutor(ModelShard):
+    """The whole model in this process (tensor parallel size 1)."""
 
     def shutdown(self) -> None:
         """Nothing to release."""

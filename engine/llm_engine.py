@@ -14,8 +14,9 @@ import torch
 from configs.engine_config import EngineConfig
 from engine.block_manager import BlockManager
 from engine.executor import Executor, LocalExecutor
+from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
-from engine.model_loader import CheckpointRef, eos_token_ids, load_config
+from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
@@ -83,58 +84,34 @@ class LLMEngine:
             getattr(self.hf_config, "max_position_embeddings", 2048)
         )
         spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
-        num_blocks = self._num_blocks(spec)
+        self.executor: Executor
+        if tensor_parallel_size == 1:
+            model = load_model(ref, self.dtype, self.device)
+            self.executor = LocalExecutor(model, spec, config.block_size, self.device)
+        else:
+            from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
+
+            self.executor = RayExecutor(
+                checkpoint, tensor_parallel_size, expert_parallel, spec, config.block_size,
+                self.dtype, config.rank_num_cpus, config.placement_timeout_s,
+            )
+        try:
+            profile = None
+            if platform.kind is not DeviceKind.CPU and config.num_kv_blocks is None:
+                profile = self.executor.profile(config.max_num_batched_tokens)
+            num_blocks = num_kv_blocks(config, spec, self.max_model_len, profile)
+            self.executor.allocate_kv(num_blocks)
+        except Exception:
+            self.executor.shutdown()
+            raise
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
         )
-        self.executor: Executor
-        if tensor_parallel_size == 1:
-            self.executor = LocalExecutor(
-                ref, spec, num_blocks, config.block_size, self.dtype, self.device
-            )
-        else:
-            from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
-
-            self.executor = RayExecutor(
-                checkpoint, tensor_parallel_size, expert_parallel, spec, num_blocks,
-                config.block_size, self.dtype, config.rank_num_cpus, config.placement_timeout_s,
-            )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
-
-    def _num_blocks(self, spec: KVCacheSpec) -> int:
-        cfg = self.config
-        per_block = spec.bytes_per_block(cfg.block_size)
-        if cfg.num_kv_blocks is not None:
-            num_blocks = cfg.num_kv_blocks
-            source = "num_kv_blocks (hand-set)"
-        else:
-            num_blocks = cfg.kv_cache_memory_bytes // per_block
-            source = f"kv_cache_memory_bytes={cfg.kv_cache_memory_bytes}"
-        tokens = num_blocks * cfg.block_size
-        logger.info(
-            "KV cache: %s; %d bytes/token, %d bytes/block (block_size=%d) -> %d blocks, "
-            "%d tokens, %.2f sequences at max_model_len=%d",
-            source,
-            spec.bytes_per_token(),
-            per_block,
-            cfg.block_size,
-            num_blocks,
-            tokens,
-            tokens / self.max_model_len,
-            self.max_model_len,
-        )
-        if tokens < self.max_model_len:
-            raise ValueError(
-                f"KV cache holds {tokens} tokens ({num_blocks} blocks of {cfg.block_size}), "
-                f"fewer than one sequence of max_model_len={self.max_model_len}: raise "
-                f"kv_cache_memory_bytes above {self.max_model_len * spec.bytes_per_token()} "
-                "bytes or lower max_model_len"
-            )
-        return num_blocks
 
     # ---- requests -------------------------------------------------------------------------
 

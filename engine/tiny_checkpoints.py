@@ -28,7 +28,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 SMALL_VOCAB = 512
 """Vocabulary of checkpoints made without a real tokenizer (bos 1, eos 2, pad 0)."""
 
-MAX_SHARD_SIZE = "64KB"
+MAX_SHARD_SIZE = "20KB"
 """Shard size limit passed to `save_pretrained`: small enough for at least two shards."""
 
 
@@ -61,19 +61,19 @@ REAL_VOCABS: dict[str, VocabSpec] = {
 }
 """Families whose real tokenizer ships with this project -> their real vocabulary."""
 
+# hidden_size is smaller than heads * head_dim (as in Qwen3-0.6B: 1024 vs 16 * 128) so the
+# 151936-row embedding and LM head, which dominate the file size, stay small.
 _DENSE: dict[str, Any] = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
+    "hidden_size": 16,
+    "head_dim": 8,
+    "intermediate_size": 32,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "max_position_embeddings": 2048,
 }
-# DeepSeek's multi-head latent attention makes head sizes independent of hidden_size, so
-# hidden_size is smaller there (the 129280-row embedding and LM head dominate the file size).
-_MLA: dict[str, Any] = {
+_MLA: dict[str, Any] = {  # DeepSeek's multi-head latent attention with MoE
     **_DENSE,
-    "hidden_size": 16,
     "num_key_value_heads": 4,
     "kv_lora_rank": 32,
     "qk_rope_head_dim": 8,
@@ -89,15 +89,16 @@ _MLA: dict[str, Any] = {
 }
 
 FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {**_DENSE, "head_dim": 8, "tie_word_embeddings": True},
-    "qwen2": {**_DENSE, "tie_word_embeddings": True},
-    "qwen3": {**_DENSE, "head_dim": 8},
+    # Tied embeddings as in SmolLM2; the others untied, as in their larger checkpoints (tied
+    # tiny random models just repeat the last prompt token under greedy decoding).
+    "llama": {**_DENSE, "tie_word_embeddings": True},
+    "qwen2": {**_DENSE},
+    "qwen3": {**_DENSE},
     "qwen3_moe": {
         **_DENSE,
-        "head_dim": 8,
         "num_experts": 4,
         "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
+        "moe_intermediate_size": 16,
         "decoder_sparse_step": 1,
         "norm_topk_prob": True,
     },

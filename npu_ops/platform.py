@@ -65,6 +65,19 @@ class Platform:
         free, total = getattr(torch, self.kind.value).mem_get_info(index)
         return int(free), int(total)
 
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory measurement (no-op on CPU)."""
+        if self.kind is not DeviceKind.CPU:
+            mod = getattr(torch, self.kind.value)
+            mod.empty_cache()
+            mod.reset_peak_memory_stats()
+
+    def peak_memory_allocated(self) -> int:
+        """Peak bytes allocated by torch on the current device since the last reset (0 on CPU)."""
+        if self.kind is DeviceKind.CPU:
+            return 0
+        return int(getattr(torch, self.kind.value).max_memory_allocated())
+
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on CPU)."""
         if self.kind is not DeviceKind.CPU:

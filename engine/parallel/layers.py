@@ -49,9 +49,7 @@ class ReducedExperts(nn.Module):
         remap: whether to remap ids (expert parallel).
     """
 
-    def __init__(
-        self, experts: nn.Module, first_expert: int, num_local: int, remap: bool
-    ) -> None:
+    def __init__(self, experts: nn.Module, first_expert: int, num_local: int, remap: bool) -> None:
         super().__init__()
         self.experts = experts
         self.first_expert = first_expert

@@ -15,6 +15,7 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
 from engine.parallel.worker import RankWorker
 from engine.step_input import StepInput
@@ -45,7 +46,6 @@ class RayExecutor:
         world: tensor parallel size (ranks).
         expert_parallel: split routed experts across ranks.
         spec: per-rank KV geometry.
-        num_blocks: KV blocks per rank.
         block_size: tokens per block.
         dtype: weights dtype.
         rank_num_cpus: CPUs each rank reserves.
@@ -62,7 +62,6 @@ class RayExecutor:
         world: int,
         expert_parallel: bool,
         spec: KVCacheSpec,
-        num_blocks: int,
         block_size: int,
         dtype: torch.dtype,
         rank_num_cpus: float,
@@ -82,14 +81,23 @@ class RayExecutor:
         threads = max(1, int(rank_num_cpus)) if rank_num_cpus >= 1 else 1
         resources = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
         self.workers = [
-            ray.remote(RankWorker).options(
+            ray.remote(RankWorker)
+            .options(
                 num_cpus=bundle["CPU"],
                 num_gpus=bundle.get("GPU", 0),
                 resources=resources,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, rank),
-            ).remote(
-                rank, world, init, checkpoint, spec, num_blocks, block_size, dtype,
-                expert_parallel, threads,
+            )
+            .remote(
+                rank,
+                world,
+                init,
+                checkpoint,
+                spec,
+                block_size,
+                dtype,
+                expert_parallel,
+                threads,
             )
             for rank in range(world)
         ]
@@ -99,6 +107,15 @@ class RayExecutor:
             self.shutdown()
             raise
         logger.info("tensor parallel: %d ranks of %s each", world, bundle)
+
+    def profile(self, num_tokens: int) -> MemoryProfile:
+        """See `Executor.profile`: the rank with the least room left decides."""
+        profiles = ray.get([w.profile.remote(num_tokens) for w in self.workers])
+        return min(profiles, key=lambda p: p.total - p.weights - p.peak_activations)
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        """See `Executor.allocate_kv`."""
+        ray.get([w.allocate_kv.remote(num_blocks) for w in self.workers])
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """See `Executor.execute`; raises if any rank fails."""

@@ -8,9 +8,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.executor import ModelShard
+from engine.kv_budget import MemoryProfile
+from engine.kv_cache import KVCacheSpec
 from engine.model_loader import CheckpointRef, load_model
-from engine.model_runner import ModelRunner
 from engine.parallel.sharding import shard_model
 from engine.step_input import StepInput
 from npu_ops.platform import current_platform
@@ -30,7 +31,6 @@ class RankWorker:
         init_method: `tcp://host:port` of the group's rendezvous.
         checkpoint: checkpoint path.
         spec: per-rank KV geometry.
-        num_blocks: KV blocks (the same on every rank).
         block_size: tokens per block.
         dtype: weights dtype.
         expert_parallel: split MoE experts across ranks instead of each expert's width.
@@ -44,7 +44,6 @@ class RankWorker:
         init_method: str,
         checkpoint: str,
         spec: KVCacheSpec,
-        num_blocks: int,
         block_size: int,
         dtype: torch.dtype,
         expert_parallel: bool,
@@ -54,20 +53,30 @@ class RankWorker:
         torch.set_num_threads(num_threads)
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
         dist.init_process_group(
-            platform.dist_backend, init_method=init_method, rank=rank, world_size=world,
+            platform.dist_backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world,
             timeout=timedelta(seconds=120),
         )
         ref = CheckpointRef.from_path(checkpoint)
         model = load_model(ref, dtype, device)
         shard_model(model, model.config, rank, world, expert_parallel)
-        caches = allocate_kv_caches(spec, num_blocks, block_size, device)
-        self.runner = ModelRunner(model, caches, block_size, device)
+        self.shard = ModelShard(model, spec, block_size, device)
         self.rank = rank
         logger.info("rank %d/%d ready on %s (%s)", rank, world, device, platform.dist_backend)
 
+    def profile(self, num_tokens: int) -> MemoryProfile:
+        """See `ModelShard.profile`."""
+        return self.shard.profile(num_tokens)
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        """See `ModelShard.allocate_kv` (the same block count on every rank)."""
+        self.shard.allocate_kv(num_blocks)
+
     def execute(self, step: StepInput) -> torch.Tensor | None:
         """Run the step on this shard; rank 0 returns the logits (on the CPU), others None."""
-        logits = self.runner.execute(step)
+        logits = self.shard.execute(step)
         return logits.cpu() if self.rank == 0 else None
 
     def shutdown(self) -> None:

@@ -27,7 +27,7 @@ def _drop_last_shard(path: Path) -> None:
 
 
 BREAKAGES: dict[str, tuple[Callable[[Path], None], str]] = {
-    "missing-shard": (_drop_last_shard, r"model-00002-of-00002\.safetensors: shard listed in"),
+    "missing-shard": (_drop_last_shard, r"model-(\d{5})-of-\1\.safetensors: shard listed in"),
     "unknown-model-type": (
         lambda p: _edit_config(p, model_type="qwen99", architectures=["Qwen99ForCausalLM"]),
         r"config\.json: model_type 'qwen99' is not an architecture",

@@ -17,7 +17,10 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10,
 
 def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
     config = EngineConfig(
-        dtype="float32", num_kv_blocks=64, block_size=8, max_num_batched_tokens=16,
+        dtype="float32",
+        num_kv_blocks=64,
+        block_size=8,
+        max_num_batched_tokens=16,
         rank_num_cpus=0.25,
     )
     engine = LLMEngine(str(path), config, tensor_parallel_size=tp, expert_parallel=ep)

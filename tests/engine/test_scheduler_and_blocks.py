@@ -49,7 +49,9 @@ def test_token_budget_chunks_long_prompts_and_decodes_keep_running() -> None:
     sch.add(long)
     batch = sch.schedule()
     assert [(s.seq.request_id, s.num_new_tokens, s.sample) for s in batch.scheduled] == [
-        ("r0", 3, True), ("r1", 7, False)]
+        ("r0", 3, True),
+        ("r1", 7, False),
+    ]
     advance(sch, batch)
     for expected_chunk in (9, 9):
         batch = sch.schedule()

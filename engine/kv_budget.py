@@ -1,0 +1,100 @@
+"""How many KV blocks a replica gets, and the start-up log line that says why.
+
+* Hand-set: `num_kv_blocks`.
+* CPU: every replica and Ray share host memory, so the budget is explicit:
+  `kv_cache_memory_bytes`.
+* NPU / CUDA, as vLLM derives it (`gpu_worker.determine_available_memory`):
+  `kv_bytes = total_device_bytes * gpu_memory_utilization - weights - peak_activations`, where
+  the peak is measured by a profiling forward pass of `max_num_batched_tokens` tokens.
+
+`num_blocks = kv_bytes // bytes_per_block` (see `engine.kv_cache`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from configs.engine_config import EngineConfig
+from engine.kv_cache import KVCacheSpec
+
+logger = logging.getLogger(__name__)
+
+GiB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Device memory figures of one rank, in bytes.
+
+    Attributes:
+        total: device memory.
+        weights: bytes held by the model's parameters.
+        peak_activations: peak bytes allocated during the profiling forward pass, beyond the
+            weights.
+    """
+
+    total: int
+    weights: int
+    peak_activations: int
+
+
+def num_kv_blocks(
+    config: EngineConfig,
+    spec: KVCacheSpec,
+    max_model_len: int,
+    profile: MemoryProfile | None,
+) -> int:
+    """Blocks for this replica's KV cache (per rank), logged with the derivation.
+
+    Args:
+        config: engine settings.
+        spec: per-rank KV geometry.
+        max_model_len: context length in tokens.
+        profile: the measured profile on NPU/CUDA; None on CPU.
+
+    Raises:
+        ValueError: the budget cannot hold one sequence of `max_model_len` tokens, or the
+            weights and activations already exceed the allowed device memory (the message
+            gives the figures and which setting to change).
+    """
+    per_block = spec.bytes_per_block(config.block_size)
+    if config.num_kv_blocks is not None:
+        blocks, source = config.num_kv_blocks, "num_kv_blocks (hand-set)"
+    elif profile is None:
+        blocks = config.kv_cache_memory_bytes // per_block
+        source = f"kv_cache_memory_bytes={config.kv_cache_memory_bytes / GiB:.3f} GiB (CPU)"
+    else:
+        allowed = int(profile.total * config.gpu_memory_utilization)
+        kv_bytes = allowed - profile.weights - profile.peak_activations
+        source = (
+            f"device {profile.total / GiB:.2f} GiB x gpu_memory_utilization="
+            f"{config.gpu_memory_utilization} - weights {profile.weights / GiB:.2f} GiB - peak "
+            f"activations {profile.peak_activations / GiB:.2f} GiB = {kv_bytes / GiB:.2f} GiB"
+        )
+        if kv_bytes <= 0:
+            raise ValueError(
+                f"no memory left for the KV cache: {source}; raise gpu_memory_utilization, "
+                "lower max_num_batched_tokens, or use more tensor-parallel ranks"
+            )
+        blocks = kv_bytes // per_block
+    tokens = blocks * config.block_size
+    logger.info(
+        "KV cache: %s; %d bytes/token, %d bytes/block (block_size=%d) -> %d blocks = %d tokens "
+        "= %.2f sequences at max_model_len=%d",
+        source,
+        spec.bytes_per_token(),
+        per_block,
+        config.block_size,
+        blocks,
+        tokens,
+        tokens / max_model_len,
+        max_model_len,
+    )
+    if tokens < max_model_len:
+        raise ValueError(
+            f"KV cache holds {tokens} tokens ({blocks} blocks of {config.block_size}; {source}), "
+            f"fewer than one sequence of max_model_len={max_model_len}: give it at least "
+            f"{max_model_len * spec.bytes_per_token()} bytes or lower max_model_len"
+        )
+    return int(blocks)
