@@ -26,6 +26,7 @@ from deployments.tokenizer import load_tokenizer
 from deployments.toolcalls.registry import DEFAULT_PARSER_BY_FAMILY
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
+from engine.metrics import EngineMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +71,13 @@ class ModelServer:
         self.config = ModelDeploymentConfig.model_validate(config)
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
+        self.metrics = EngineMetrics(self.config.model_id)
         self.engine = AsyncEngine(
             LLMEngine(
                 checkpoint, self.config.engine, self.config.tensor_parallel_size,
                 self.config.expert_parallel,
-            )
+            ),
+            self.metrics,
         )
         cfg = self.config
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
@@ -121,6 +124,10 @@ class ModelServer:
     def stats(self) -> EngineStats:
         """The engine's current load."""
         return self.engine.stats()
+
+    def metrics_text(self) -> bytes:
+        """This replica's Prometheus exposition (vLLM metric names, `model_name` label)."""
+        return self.metrics.exposition()
 
     def check_health(self) -> None:
         """Ray Serve health probe: the engine thread must be alive.

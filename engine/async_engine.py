@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from engine.llm_engine import EngineStats, LLMEngine
+from engine.metrics import EngineMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -39,10 +41,12 @@ class AsyncEngine:
 
     Args:
         engine: the engine to drive; from now on only the engine thread touches it.
+        metrics: where to record load and latency figures (None: not recorded).
     """
 
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: LLMEngine, metrics: EngineMetrics | None = None) -> None:
         self.engine = engine
+        self.metrics = metrics
         self._inbox: list[_Add | _Abort] = []
         self._cond = threading.Condition()
         self._streams: dict[str, _Add] = {}
@@ -82,10 +86,18 @@ class AsyncEngine:
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self._send(_Add(request_id, prompt_token_ids, params, queue, asyncio.get_running_loop()))
         finished = False
+        start = time.monotonic()
+        first: float | None = None
         try:
             while not finished:
                 out = await queue.get()
                 finished = out.finished
+                first = first or time.monotonic()
+                if finished and self.metrics is not None and out.error is None:
+                    now = time.monotonic()
+                    self.metrics.observe_request(
+                        first - start, now - start, out.num_prompt_tokens, out.num_output_tokens
+                    )
                 yield out
         finally:
             if not finished:
@@ -153,3 +165,5 @@ class AsyncEngine:
             for out in self.engine.step():
                 self._deliver(out)
             self._stats = self.engine.stats()
+            if self.metrics is not None:
+                self.metrics.observe_step(self._stats)

@@ -38,6 +38,8 @@ class EngineStats:
     num_free_blocks: int
     num_blocks: int
     num_preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
 
 
 def resolve_dtype(name: str, kind: DeviceKind) -> torch.dtype:
@@ -173,6 +175,8 @@ class LLMEngine:
             bm.num_free_blocks,
             bm.num_blocks,
             self.scheduler.num_preemptions,
+            bm.stats.queries,
+            bm.stats.hits,
         )
 
     # ---- the step -------------------------------------------------------------------------
