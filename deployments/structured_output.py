@@ -101,7 +101,8 @@ class GrammarFactory:
             OpenAIError: 400 naming `param` when the schema cannot be compiled.
         """
         try:
-            compiled = self._compile(json.dumps(schema, sort_keys=True))
+            # key order matters: the grammar emits properties in the schema's order
+            compiled = self._compile(json.dumps(schema))
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError on bad schemas
             raise OpenAIError(f"unsupported JSON schema: {exc}", param=param) from None
         return GrammarConstraint(compiled, self.vocab_size)
