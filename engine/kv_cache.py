@@ -52,8 +52,10 @@ class KVCacheSpec:
                 dtype,
             )
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // (heads * tp)
-        kv_heads = (getattr(config, "num_key_value_heads", None) or config.num_attention_heads) // tp
-        return cls(config.num_hidden_layers, kv_heads, head_dim, head_dim, dtype)
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        # fewer K/V heads than ranks: each rank holds one replicated head (Megatron GQA rule)
+        kv_local = kv_heads // tp if kv_heads % tp == 0 else 1
+        return cls(config.num_hidden_layers, kv_local, head_dim, head_dim, dtype)
 
     def bytes_per_token(self) -> int:
         """KV bytes one token occupies across all layers."""

@@ -34,11 +34,44 @@ def _split(n: int, rank: int, world: int, what: str) -> slice:
     return slice(rank * size, (rank + 1) * size)
 
 
-def _column(layer: nn.Linear, parts: list[int], rank: int, world: int, name: str) -> None:
-    """Keep this rank's rows of every part (parts are consecutive row blocks)."""
+def kv_heads_per_rank(kv_heads: int, world: int) -> int:
+    """K/V heads each rank holds: split when divisible, else replicated (Megatron GQA rule).
+
+    Raises:
+        ValueError: neither `kv_heads % world` nor `world % kv_heads` is zero.
+    """
+    if kv_heads % world == 0:
+        return kv_heads // world
+    if world % kv_heads == 0:
+        return 1
+    raise ValueError(
+        f"num_key_value_heads ({kv_heads}) and tensor_parallel_size ({world}) must divide one "
+        "another"
+    )
+
+
+def _kv_rows(kv_heads: int, head_dim: int, rank: int, world: int) -> slice:
+    """Rows of a K or V projection for this rank (a replicated head when kv_heads < world)."""
+    if kv_heads % world == 0:
+        return _split(kv_heads * head_dim, rank, world, "K/V rows")
+    kv_heads_per_rank(kv_heads, world)  # validates
+    head = rank // (world // kv_heads)
+    return slice(head * head_dim, (head + 1) * head_dim)
+
+
+def _column(
+    layer: nn.Linear,
+    parts: list[int],
+    rank: int,
+    world: int,
+    name: str,
+    fixed: dict[int, slice] | None = None,
+) -> None:
+    """Keep this rank's rows of every part (parts are consecutive row blocks); `fixed` gives
+    explicit row slices for some parts (replicated K/V heads)."""
     rows, offset = [], 0
-    for size in parts:
-        s = _split(size, rank, world, f"{name} rows")
+    for i, size in enumerate(parts):
+        s = (fixed or {}).get(i) or _split(size, rank, world, f"{name} rows")
         rows.append(torch.arange(offset + s.start, offset + s.stop))
         offset += size
     keep = torch.cat(rows)
@@ -75,13 +108,18 @@ def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) ->
 
 def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) -> None:
     """Per-rank head counts on attention modules that read them in `forward`."""
-    for attr in ("num_heads", "num_key_value_heads"):
-        if hasattr(module, attr):
-            setattr(module, attr, getattr(module, attr) // world)
+    kv_local = kv_heads_per_rank(getattr(config, "num_key_value_heads", None)
+                                 or config.num_attention_heads, world)
+    if hasattr(module, "num_heads"):
+        module.num_heads //= world
+    if hasattr(module, "num_key_value_heads"):
+        module.num_key_value_heads = kv_local
+    if hasattr(module, "num_key_value_groups"):
+        module.num_key_value_groups = config.num_attention_heads // world // kv_local
     if hasattr(module, "config"):
         local = copy.copy(config)
         local.num_attention_heads = config.num_attention_heads // world
-        local.num_key_value_heads = config.num_key_value_heads // world
+        local.num_key_value_heads = kv_local
         module.config = local
 
 
@@ -114,11 +152,15 @@ def shard_model(
                 setattr(parent, name, _experts(child, rank, world, expert_parallel))
             elif not isinstance(child, nn.Linear):
                 continue
+            elif name in ("k_proj", "v_proj") and kv_heads % world:
+                kv = _kv_rows(kv_heads, head_dim, rank, world)
+                _column(child, [child.out_features], rank, world, name, {0: kv})
             elif name in _COLUMN:
                 _column(child, [child.out_features], rank, world, name)
             elif name == "qkv_proj":
                 parts = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
-                _column(child, parts, rank, world, name)
+                kv = _kv_rows(kv_heads, head_dim, rank, world)
+                _column(child, parts, rank, world, name, {1: kv, 2: kv})
             elif name == "gate_up_proj":
                 _column(child, [child.out_features // 2] * 2, rank, world, name)
             elif name in _ROW:

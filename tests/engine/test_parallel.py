@@ -10,7 +10,7 @@ from engine_helpers import greedy, run_to_completion
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from engine.tiny_checkpoints import make_tiny_checkpoint, tiny_config
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
 
@@ -21,6 +21,7 @@ def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
         num_kv_blocks=64,
         block_size=8,
         max_num_batched_tokens=16,
+        max_model_len=256,
         rank_num_cpus=0.25,
     )
     engine = LLMEngine(str(path), config, tensor_parallel_size=tp, expert_parallel=ep)
@@ -40,14 +41,29 @@ def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
     ids=["qwen2-tp2", "phi3-tp2", "deepseek_v3-ep2", "deepseek_v3-tp2"],
 )
 def test_two_ranks_equal_one(ray_session: None, tmp_path: Path, family: str, ep: bool) -> None:
-    path = tmp_path / family
-    make_tiny_checkpoint(family, path, with_tokenizer=False)
+    path = make_tiny_checkpoint(family, tmp_path / family, real_vocab=False)
     assert _generate(path, 2, ep) == _generate(path, 1, False)
 
 
+def test_fewer_kv_heads_than_ranks_replicates_them(ray_session: None, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config("qwen2")
+    config.num_key_value_heads = 1  # GQA with one K/V head: each rank holds a copy
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "kv1")
+    assert _generate(tmp_path / "kv1", 2, False) == _generate(tmp_path / "kv1", 1, False)
+
+
 def test_missing_rank_resources_fail_fast_naming_them(ray_session: None, tmp_path: Path) -> None:
-    path = tmp_path / "qwen2"
-    make_tiny_checkpoint("qwen2", path, with_tokenizer=False)
-    config = EngineConfig(dtype="float32", num_kv_blocks=64, rank_num_cpus=8, placement_timeout_s=3)
+    path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
+    config = EngineConfig(
+        dtype="float32",
+        num_kv_blocks=64,
+        max_model_len=256,
+        rank_num_cpus=8,
+        placement_timeout_s=3,
+    )
     with pytest.raises(RuntimeError, match=r"tensor_parallel_size=2 needs 2 x \{'CPU': 8"):
         LLMEngine(str(path), config, tensor_parallel_size=2)
