@@ -18,6 +18,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cli.ops_check_cmd",
     "cli.doctor_cmd",
     "cli.plan_cmd",
+    "cli.tiny_models_cmd",
 )
 
 

@@ -17,7 +17,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -106,7 +106,7 @@ def _check_config_json(ref: CheckpointRef) -> None:
     """`model_type` is known to transformers and `architectures` name its causal-LM class."""
     cfg = _read_json(ref.config_file)
     model_type = cfg.get("model_type")
-    if model_type not in CONFIG_MAPPING:
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ValueError(
             f"{ref.config_file}: model_type {model_type!r} is not an architecture this "
             "transformers version knows; fix model_type or upgrade transformers"
@@ -195,7 +195,7 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
     try:
         # Mismatched shapes are collected (not raised as a multi-line report) and reported by
         # `_check_loading_info`, which never lets a re-initialised tensor through.
-        model, info = AutoModelForCausalLM.from_pretrained(
+        loaded = AutoModelForCausalLM.from_pretrained(
             ref.directory,
             dtype=dtype,
             attn_implementation=ATTENTION_NAME,
@@ -207,6 +207,7 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
         raise ValueError(f"{_unreadable_shard(ref)}: cannot read: {_one_line(exc)}") from exc
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
+    model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
     model.to(device).eval()
     n_params = sum(p.numel() for p in model.parameters())

@@ -117,13 +117,14 @@ def tiny_config(family: str, vocab: VocabSpec = SMALL) -> PretrainedConfig:
     """
     if family not in FAMILY_CONFIGS:
         raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILY_CONFIGS)}")
-    return CONFIG_MAPPING[family](
+    fields: dict[str, Any] = {
         **FAMILY_CONFIGS[family],
-        vocab_size=vocab.size,
-        bos_token_id=vocab.bos,
-        eos_token_id=vocab.eos[0],
-        pad_token_id=vocab.pad,
-    )
+        "vocab_size": vocab.size,
+        "bos_token_id": vocab.bos,
+        "eos_token_id": vocab.eos[0],
+        "pad_token_id": vocab.pad,
+    }
+    return CONFIG_MAPPING[family](**fields)
 
 
 def make_tiny_checkpoint(

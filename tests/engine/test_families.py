@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import greedy, hf_greedy, run_to_completion, step
-from test_greedy_equals_transformers import _assert_same_until_tie
+from engine_helpers import assert_same_until_tie, greedy, hf_greedy, run_to_completion, step
 from transformers import AutoModelForCausalLM
 
 from configs.engine_config import EngineConfig
@@ -56,4 +55,4 @@ def test_continuous_batch_matches_generate(family: str, tmp_path: Path) -> None:
         path, dtype=torch.float32, attn_implementation="sdpa"
     ).eval()
     for i, p in enumerate(prompts):
-        _assert_same_until_tie(ours[str(i)], hf_greedy(hf, p, MAX_TOKENS), p, hf)
+        assert_same_until_tie(ours[str(i)], hf_greedy(hf, p, MAX_TOKENS), p, hf)

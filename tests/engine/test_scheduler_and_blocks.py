@@ -43,7 +43,7 @@ def test_blocks_allocate_free_and_refuse_when_full() -> None:
 
 
 def test_token_budget_chunks_long_prompts_and_decodes_keep_running() -> None:
-    bm, sch = make_scheduler(budget=10)
+    _, sch = make_scheduler(budget=10)
     short, long = make_seq(3, 0), make_seq(25, 1)
     sch.add(short)
     sch.add(long)
@@ -70,7 +70,7 @@ def test_max_num_seqs_caps_the_running_batch() -> None:
 
 
 def test_preemption_takes_the_newest_and_it_resumes_later() -> None:
-    bm, sch = make_scheduler(blocks=4, block_size=4, budget=100)
+    _, sch = make_scheduler(blocks=4, block_size=4, budget=100)
     old, new = make_seq(8, 0), make_seq(8, 1)
     sch.add(old)
     sch.add(new)

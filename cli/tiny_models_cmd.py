@@ -1,0 +1,88 @@
+"""`ascend-router make-tiny-models`: tiny random checkpoints with their families' real tokenizers.
+
+Run before `serve run configs/families.yaml`, which serves them next to SmolLM2::
+
+    ascend-router make-tiny-models                      # .tiny_models/{qwen2,deepseek_v3}
+    ascend-router make-tiny-models --out DIR --families qwen2,qwen3,deepseek_v3
+
+Each family goes to `DIR/<family>` (replaced if present): safetensors shards with their index,
+`config.json`, `generation_config.json` (`engine.tiny_checkpoints`), and `tokenizer.json` /
+`tokenizer_config.json` / `chat_template.jinja` (`deployments.family_tokenizers`). The weights
+are random, so the answers are gibberish; the tokenizer, chat template, tool-call format and
+model architecture are the real ones. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from deployments.family_tokenizers import FAMILY_TOKENIZERS, save_family_tokenizer
+from engine.tiny_checkpoints import make_tiny_checkpoint
+
+DEFAULT_OUT = Path(".tiny_models")
+DEFAULT_FAMILIES = ("qwen2", "deepseek_v3")
+
+
+def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path]:
+    """Write one tiny checkpoint with its real tokenizer per family under `out`.
+
+    Returns:
+        The checkpoint directories, `out / family` each.
+
+    Raises:
+        ValueError: a family has no shipped tokenizer (the message lists those that do).
+    """
+    unknown = [f for f in families if f not in FAMILY_TOKENIZERS]
+    if unknown:
+        raise ValueError(
+            f"no tiny model with a tokenizer for {unknown}; choose from {sorted(FAMILY_TOKENIZERS)}"
+        )
+    paths = []
+    for family in families:
+        final = out / family
+        staging = out / f".{family}.partial"  # never leave a half-written checkpoint at `final`
+        shutil.rmtree(staging, ignore_errors=True)
+        make_tiny_checkpoint(family, staging, real_vocab=True, seed=seed)
+        save_family_tokenizer(family, staging)
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        paths.append(final)
+    return paths
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `make-tiny-models` sub-command."""
+    p = subparsers.add_parser(
+        "make-tiny-models",
+        help="write tiny random checkpoints with real tokenizers (for configs/families.yaml)",
+        description="Write tiny random checkpoints of the given families, each with the "
+        "family's real tokenizer and tool-capable chat template, for configs/families.yaml.",
+    )
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--families",
+        default=",".join(DEFAULT_FAMILIES),
+        help=f"comma-separated, from {', '.join(sorted(FAMILY_TOKENIZERS))} "
+        f"(default {','.join(DEFAULT_FAMILIES)})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one line per checkpoint written; exit 2 on an unknown family."""
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    try:
+        paths = make_tiny_models(args.out, families, args.seed)
+    except ValueError as exc:
+        print(f"ascend-router make-tiny-models: error: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        print(f"{path}: {size / 2**20:.1f} MiB")
+    return 0
