@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GiB = 1 << 30
 
 
 class EngineConfig(BaseModel):
@@ -16,7 +15,9 @@ class EngineConfig(BaseModel):
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
-        description="Weights/activations dtype. `auto` = float32 on CPU, bfloat16 on NPU/CUDA.",
+        description="Weights/activations dtype. `auto` = bfloat16 on NPU/CUDA and on CPUs with "
+        "native bf16 (AVX512-BF16/AMX), else float32. Exact comparisons with transformers need "
+        "float32.",
     )
     block_size: int = Field(16, gt=0, le=1024, description="Tokens per KV-cache block.")
     kv_cache_memory_bytes: int = Field(

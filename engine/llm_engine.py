@@ -23,7 +23,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.step_input import StepInput
-from npu_ops.platform import DeviceKind, current_platform
+from npu_ops.platform import DeviceKind, Platform, current_platform
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +42,10 @@ class EngineStats:
     prefix_cache_hits: int
 
 
-def resolve_dtype(name: str, kind: DeviceKind) -> torch.dtype:
-    """Map a config dtype name to torch; `auto` is float32 on CPU, bfloat16 elsewhere."""
+def resolve_dtype(name: str, platform: Platform) -> torch.dtype:
+    """Map a config dtype name to torch; `auto` is the platform's preferred dtype."""
     if name == "auto":
-        return torch.float32 if kind is DeviceKind.CPU else torch.bfloat16
+        return platform.preferred_dtype()
     return getattr(torch, name)
 
 
@@ -78,7 +78,7 @@ class LLMEngine:
         self.config = config
         ref = CheckpointRef.from_path(checkpoint)
         self.hf_config = load_config(ref)
-        self.dtype = resolve_dtype(config.dtype, platform.kind)
+        self.dtype = resolve_dtype(config.dtype, platform)
         self.device = platform.device()
         self.vocab_size = int(self.hf_config.vocab_size)
         self.eos_token_ids = eos_token_ids(ref, self.hf_config)

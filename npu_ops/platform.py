@@ -78,6 +78,14 @@ class Platform:
             return 0
         return int(getattr(torch, self.kind.value).max_memory_allocated())
 
+    def preferred_dtype(self) -> torch.dtype:
+        """Fastest accurate dtype: bfloat16 on NPU/CUDA and on CPUs with native bf16 math
+        (AVX512-BF16 or AMX), else float32."""
+        if self.kind is not DeviceKind.CPU:
+            return torch.bfloat16
+        native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return torch.bfloat16 if native else torch.float32
+
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on CPU)."""
         if self.kind is not DeviceKind.CPU:
