@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -73,8 +74,9 @@ class LLMEngine:
         expert_parallel: bool = False,
     ) -> None:
         platform = current_platform()
-        if config.num_threads and platform.kind is DeviceKind.CPU:
-            torch.set_num_threads(config.num_threads)
+        if platform.kind is DeviceKind.CPU:
+            # Ray sets OMP_NUM_THREADS to a replica's (fractional) CPU reservation, i.e. 1
+            torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
         self.config = config
         ref = CheckpointRef.from_path(checkpoint)
         self.hf_config = load_config(ref)
