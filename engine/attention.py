@@ -3,8 +3,10 @@
 The model runner flattens every scheduled sequence into one batch of `T` tokens (batch
 dimension 1, no padding). Before the forward pass it publishes an `AttentionMetadata`; each
 attention layer then writes its new K/V into the paged cache at `slot_mapping` and attends over
-the context gathered through the block tables, with a mask that keeps sequences apart and
-causal. Registration follows transformers' `AttentionInterface` (transformers
+the context gathered through the block tables. Decoding sequences (one new token each) attend as
+a batch of their own, each over its own padded context; prefill chunks attend over their
+concatenated contexts with a mask that keeps sequences apart and causal. Splitting the two keeps
+a decode batch from paying for every other sequence's context. Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
 """
 
@@ -26,17 +28,24 @@ class AttentionMetadata:
 
     Attributes:
         slot_mapping: `[T]` int64, cache slot of each new token.
-        context_slots: `[C]` int64, cache slots of every context token of every sequence
-            (sequences concatenated), new tokens included.
-        mask: `[1, 1, T, C]` bool, True where a query token may attend a context token.
         kv_caches: per layer, `(k_cache, v_cache)` of shape
             `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ).
+        decode_rows: `[D]` int64, batch positions of the decode tokens (one per sequence).
+        decode_slots: `[D, L]` int64, each decode sequence's context slots, padded to `L`.
+        decode_mask: `[D, 1, 1, L]` bool, False on padding.
+        prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
+        prefill_slots: `[C]` int64, context slots of every prefill sequence, concatenated.
+        prefill_mask: `[1, 1, P, C]` bool, True where a query may attend a context token.
     """
 
     slot_mapping: torch.Tensor
-    context_slots: torch.Tensor
-    mask: torch.Tensor
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+    decode_rows: torch.Tensor
+    decode_slots: torch.Tensor
+    decode_mask: torch.Tensor
+    prefill_rows: torch.Tensor
+    prefill_slots: torch.Tensor
+    prefill_mask: torch.Tensor
 
 
 _local = threading.local()
@@ -84,16 +93,25 @@ def paged_attention(
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
     k_cache.index_copy_(0, meta.slot_mapping, key[0].transpose(0, 1).to(k_cache.dtype))
     v_cache.index_copy_(0, meta.slot_mapping, value[0].transpose(0, 1).to(v_cache.dtype))
-    k = k_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
-    v = v_cache.index_select(0, meta.context_slots).transpose(0, 1).unsqueeze(0)
-    out = F.scaled_dot_product_attention(
-        query,
-        k.to(query.dtype),
-        v.to(query.dtype),
-        attn_mask=meta.mask,
-        scale=scaling,
-        enable_gqa=query.shape[1] != k.shape[1],
-    )
+    gqa = query.shape[1] != key.shape[1]
+    out = query.new_empty(query.shape[:3] + (value.shape[-1],))  # [1, H, T, v_head_dim]
+    if meta.decode_rows.numel():
+        q = query[0][:, meta.decode_rows].transpose(0, 1).unsqueeze(2)  # [D, H, 1, d]
+        k = k_cache[meta.decode_slots].transpose(1, 2).to(query.dtype)  # [D, kvH, L, d]
+        v = v_cache[meta.decode_slots].transpose(1, 2).to(query.dtype)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=meta.decode_mask, scale=scaling, enable_gqa=gqa
+        )
+        out[0][:, meta.decode_rows] = o.squeeze(2).transpose(0, 1)
+    if meta.prefill_rows.numel():
+        q = query[:, :, meta.prefill_rows]  # [1, H, P, d]
+        k = k_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
+        v = v_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
+        o = F.scaled_dot_product_attention(
+            q, k.to(query.dtype), v.to(query.dtype), attn_mask=meta.prefill_mask, scale=scaling,
+            enable_gqa=gqa,
+        )
+        out[:, :, meta.prefill_rows] = o
     return out.transpose(1, 2), None
 
 

@@ -6,6 +6,8 @@ import torch
 
 from engine.attention import AttentionMetadata, attention_context
 from engine.step_input import StepInput
+from npu_ops.graph_mode import compile_graph
+from npu_ops.platform import current_platform
 
 
 class ModelRunner:
@@ -16,6 +18,10 @@ class ModelRunner:
         kv_caches: per-layer caches from `allocate_kv_caches`.
         block_size: tokens per block.
         device: where the model lives.
+        enforce_eager: run the decoder op by op; False compiles it (`npu_ops.graph_mode`).
+
+    Raises:
+        ValueError: graph mode asked for and the platform's compiler is missing.
     """
 
     def __init__(
@@ -24,9 +30,12 @@ class ModelRunner:
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         block_size: int,
         device: torch.device,
+        enforce_eager: bool = True,
     ) -> None:
         self.model = model
         self.decoder = model.get_decoder()
+        if not enforce_eager:
+            self.decoder = compile_graph(self.decoder, current_platform().kind)
         self.lm_head = model.get_output_embeddings()
         self.kv_caches = kv_caches
         self.block_size = block_size
@@ -43,20 +52,35 @@ class ModelRunner:
         q_seq = torch.repeat_interleave(seq_idx, q_lens)
         q_first = torch.cumsum(q_lens, 0) - q_lens
         q_pos = starts[q_seq] + torch.arange(len(q_seq)) - q_first[q_seq]
-        c_seq = torch.repeat_interleave(seq_idx, ctx_lens)
-        c_first = torch.cumsum(ctx_lens, 0) - ctx_lens
-        c_pos = torch.arange(len(c_seq)) - c_first[c_seq]
         bs = self.block_size
 
         def slots(seq: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
             return tables[seq, pos // bs] * bs + pos % bs
 
-        mask = (q_seq[:, None] == c_seq[None, :]) & (c_pos[None, :] <= q_pos[:, None])
+        # decode: one new token per sequence, each over its own (padded) context
+        dec = seq_idx[q_lens == 1]
+        dec_len = ctx_lens[dec]
+        width = int(dec_len.max()) if len(dec) else 0
+        pos = torch.arange(width)[None, :].expand(len(dec), width)
+        # prefill chunks: concatenated contexts, kept apart and causal by the mask
+        pre = seq_idx[q_lens > 1]
+        pre_rows = torch.nonzero(q_lens[q_seq] > 1).flatten()
+        c_seq = torch.repeat_interleave(pre, ctx_lens[pre])
+        c_first = torch.cumsum(ctx_lens[pre], 0) - ctx_lens[pre]
+        c_pos = torch.arange(len(c_seq)) - torch.repeat_interleave(c_first, ctx_lens[pre])
+        pre_mask = (q_seq[pre_rows][:, None] == c_seq[None, :]) & (
+            c_pos[None, :] <= q_pos[pre_rows][:, None]
+        )
+        dev = self.device
         meta = AttentionMetadata(
-            slot_mapping=slots(q_seq, q_pos).to(self.device),
-            context_slots=slots(c_seq, c_pos).to(self.device),
-            mask=mask[None, None].to(self.device),
+            slot_mapping=slots(q_seq, q_pos).to(dev),
             kv_caches=self.kv_caches,
+            decode_rows=q_first[dec].to(dev),
+            decode_slots=slots(dec[:, None].expand(len(dec), width), pos).to(dev),
+            decode_mask=(pos < dec_len[:, None])[:, None, None, :].to(dev),
+            prefill_rows=pre_rows.to(dev),
+            prefill_slots=slots(c_seq, c_pos).to(dev),
+            prefill_mask=pre_mask[None, None].to(dev),
         )
         return q_pos, meta
 
