@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
-
 class EngineConfig(BaseModel):
     """How one engine replica batches, caches and computes."""
 
@@ -52,6 +51,16 @@ class EngineConfig(BaseModel):
     )
     placement_timeout_s: float = Field(
         60.0, gt=0, description="Seconds to wait for the ranks' devices before failing."
+    )
+    enforce_eager: bool = Field(
+        True,
+        description=(
+            "Run the decoder op by op (vLLM's enforce_eager). False = graph mode: "
+            "torch.compile of the decoder on CPU (needs a C++ compiler) and CUDA (Triton); "
+            "torchair's GE graph on NPU (needs the `torchair` package, else start-up fails "
+            "naming it). The first steps of each shape compile (tens of seconds on CPU). Off "
+            "by default: on CPU it measured no reliable gain (load_tests/graph_mode.py)."
+        ),
     )
     num_threads: int | None = Field(
         None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."

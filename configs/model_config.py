@@ -133,16 +133,17 @@ class RouterAppConfig(BaseModel):
         default_factory=list, description="Accepted API keys (also ASCEND_ROUTER_API_KEYS)."
     )
     first_token_timeout_s: float = Field(
-        60.0,
+        30.0,
         gt=0,
-        description="Seconds a streamed call may take to its first item before the router gives "
-        "up on that model and tries the next candidate (covers queueing and prefill).",
+        description="Seconds a call may go without its first stream item (or, non-streamed, its "
+        "response) before the router probes the model; a failed probe marks it down and the next "
+        "candidate is tried, a good one waits another such period.",
     )
     response_timeout_s: float = Field(
         600.0,
         gt=0,
-        description="Seconds a non-streamed call may take to its whole response before the router "
-        "gives up on that model and tries the next candidate.",
+        description="Seconds a call may wait for its first stream item (or, non-streamed, its "
+        "whole response) in any case before the router tries the next candidate.",
     )
     health_probe_timeout_s: float = Field(
         5.0, gt=0, description="Seconds one health probe (`info` call) of a down model may take."
@@ -188,16 +189,15 @@ class RouterAppConfig(BaseModel):
 
         Context length is `engine.max_model_len`, else the replica's reported `max_model_len`
         (`learned`, from `ModelServer.info`), else `UNKNOWN_CONTEXT` until a replica reports it.
-        Tools need a `tool_parser`; structured output is not offered by any model deployment
-        yet, so it is false; every deployment streams.
+        Tools need a `tool_parser`. Structured output (`response_format` JSON) is enforced by
+        every model deployment (xgrammar constrained decoding), and streaming too.
         """
         learned = learned or {}
         return {
             m.model_id: ModelCapabilities(
-                context_length=m.engine.max_model_len
-                or learned.get(m.model_id, UNKNOWN_CONTEXT),
+                context_length=m.engine.max_model_len or learned.get(m.model_id, UNKNOWN_CONTEXT),
                 supports_tools=m.tool_parser is not None,
-                supports_structured_output=False,
+                supports_structured_output=True,
                 supports_streaming=True,
             )
             for m in self.models

@@ -1,8 +1,9 @@
 """`python -m load_tests.router_overhead`: the latency the router adds over calling a model
 deployment directly.
 
-The same streamed, greedy, fixed-length chat request (`ignore_eos`) goes, one at a time and
-interleaved so that drift hits every path alike, through
+Streamed, greedy, fixed-length chat requests (`ignore_eos`) go, one at a time, interleaved in
+rotating order so that drift hits every path alike, with prompts of equal length that differ at
+the start (no path reuses another's prefix cache), through
 
 * `direct`: the model deployment's own handle (`model-<id>`, `ModelServer.chat`);
 * `router`: the router application's handle (`Router.chat`, the model pinned by id, so the policy
@@ -90,9 +91,11 @@ async def measure(
     records: dict[str, list[RequestRecord]] = {path: [] for path in PATHS}
     async with httpx.AsyncClient(timeout=300) as client:
         for i in range(args.warmup + args.requests):
-            prompt = f"Request {i}: count from one to one hundred in words."
-            body = request_body("chat", args.model, prompt, "", args.max_tokens)
-            for path in PATHS:
+            # order rotates, and every request has its own prompt of the same length, so that
+            # no path profits from another's prefix-cached prefill or warmed-up engine
+            for j, path in enumerate(PATHS[i % 3 :] + PATHS[: i % 3]):
+                prompt = f"Request {3 * i + j:05d}: count from one to one hundred in words."
+                body = request_body("chat", args.model, prompt, "", args.max_tokens)
                 if path == "http":
                     rec = await stream_request(client, target, "chat", prompt, "", args.max_tokens)
                 else:
@@ -105,19 +108,31 @@ async def measure(
 
 
 def summary(records: dict[str, list[RequestRecord]]) -> dict[str, Any]:
-    """TTFT and TPOT summaries (ms) per path, and the router's overhead over `direct`."""
+    """TTFT and TPOT summaries (ms) per path, and the router's overhead over `direct`: the
+    difference of the percentiles, and the percentiles of the paired differences (request i
+    routed minus request i direct, which cancels slow drift of the machine)."""
     paths = {
-        path: {
-            "ttft_ms": summarize([r.ttft * 1e3 for r in recs if r.ttft is not None]).to_dict(),
-            "tpot_ms": summarize([r.tpot * 1e3 for r in recs if r.tpot is not None]).to_dict(),
-        }
+        path: {"ttft_ms": _ms(recs, "ttft"), "tpot_ms": _ms(recs, "tpot")}
         for path, recs in records.items()
     }
-    overhead = {
+    overhead: dict[str, Any] = {
         f"{metric}_{stat}_ms": paths["router"][metric][stat] - paths["direct"][metric][stat]
         for metric, stat in (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"))
     }
+    for metric in ("ttft", "tpot"):
+        pairs = zip(records["router"], records["direct"])
+        diffs = [
+            (getattr(r, metric) - getattr(d, metric)) * 1e3
+            for r, d in pairs
+            if getattr(r, metric) is not None and getattr(d, metric) is not None
+        ]
+        overhead[f"paired_{metric}_diff_ms"] = summarize(diffs).to_dict()
     return {"paths": paths, "router_overhead": overhead}
+
+
+def _ms(records: list[RequestRecord], metric: str) -> dict[str, Any]:
+    values = [getattr(r, metric) * 1e3 for r in records if getattr(r, metric) is not None]
+    return summarize(values).to_dict()
 
 
 def table(result: dict[str, Any]) -> str:
@@ -130,9 +145,14 @@ def table(result: dict[str, Any]) -> str:
             f"{tpot['p50']:>10.3f}"
         )
     o = result["router_overhead"]
+    ttft, tpot = o["paired_ttft_diff_ms"], o["paired_tpot_diff_ms"]
     lines.append(
         f"router - direct: TTFT p50 {o['ttft_ms_p50_ms']:+.2f} ms, TTFT p99 "
         f"{o['ttft_ms_p99_ms']:+.2f} ms, per token (TPOT p50) {o['tpot_ms_p50_ms']:+.3f} ms"
+    )
+    lines.append(
+        f"paired (request i routed - direct): TTFT p50 {ttft['p50']:+.2f} ms, p99 "
+        f"{ttft['p99']:+.2f} ms; TPOT p50 {tpot['p50']:+.3f} ms, mean {tpot['mean']:+.3f} ms"
     )
     return "\n".join(lines)
 

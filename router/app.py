@@ -3,37 +3,72 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+from ray import serve
 from ray.serve import Application
+from ray.serve.handle import DeploymentHandle
 
 from configs.envs import api_keys_from_env, log_level
 from configs.model_config import RouterAppConfig
 from deployments.server import ModelServer
+from router import APP_NAME
 from router.ingress import Router
 
-APP_NAME = "ascend-router"
+__all__ = ["APP_NAME", "build_app", "model_deployment_name", "model_handles", "router_app"]
+
+
+def model_deployment_name(model_id: str) -> str:
+    """The Serve deployment name of a model's `ModelServer`, e.g. `model-smollm2-fast`."""
+    return f"model-{model_id}"
 
 
 def build_app(args: dict[str, Any]) -> Application:
     """Application builder named by `import_path: router.app:build_app`.
 
+    Validating the config also checks the routing policy against the models' capabilities, so
+    a bad policy fails here, before anything starts, with an error naming the rule or alias.
+
     Args:
         args: the application's `args` from the Serve config (see `RouterAppConfig`).
 
     Raises:
-        pydantic.ValidationError: the config is invalid (names the bad field).
+        pydantic.ValidationError: the config or its policy is invalid (names the bad field,
+            rule or alias).
     """
     logging.basicConfig(level=log_level())
     config = RouterAppConfig.model_validate(args)
     if not config.api_keys:
         config.api_keys = api_keys_from_env()
-    handles = {
+    models = {
         m.model_id: ModelServer.options(
-            name=f"model-{m.model_id}", **m.deployment.serve_options()
+            name=model_deployment_name(m.model_id), **m.deployment.serve_options()
         ).bind(m.model_dump())
         for m in config.models
     }
+    return router_app(config, models)
+
+
+def router_app(
+    config: RouterAppConfig, models: Mapping[str, Application | DeploymentHandle]
+) -> Application:
+    """The router deployment of `config` in front of `models`.
+
+    Args:
+        config: the router's config; its `models` describe what `models` serve.
+        models: model id -> the bound `ModelServer` (a new application), or the handle of one
+            that another application already runs (`model_handles`), so that a second router
+            application (other policy, other API keys) can front the same replicas.
+    """
     return Router.options(name="router", **config.router_deployment.serve_options()).bind(
-        config.model_dump(), handles
+        config.model_dump(), dict(models)
     )
+
+
+def model_handles(config: RouterAppConfig, app_name: str = APP_NAME) -> dict[str, DeploymentHandle]:
+    """Handles of the model deployments of `config` running in application `app_name`."""
+    return {
+        m.model_id: serve.get_deployment_handle(model_deployment_name(m.model_id), app_name)
+        for m in config.models
+    }

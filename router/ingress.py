@@ -1,9 +1,17 @@
 """The ingress deployment: OpenAI HTTP API and the Python handle API, in front of the models.
 
 HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-`GET /health`. Python callers use `serve.get_app_handle("ascend-router")` and the methods
-`chat`, `completions` and `models`, which return the same objects as the HTTP bodies
-(`model_dump()` equals the JSON), or an async generator of chunks when the request streams.
+`GET /metrics` (Prometheus text format) and `GET /health`; with API keys configured every route
+but `/health` needs `Authorization: Bearer <key>`. Every answer given after a routing decision
+carries the headers `x-ascend-router-model`, `x-ascend-router-rule`,
+`x-ascend-router-reason` and, after a fallback, `x-ascend-router-fallback`.
+
+Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat`,
+`completions` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
+equals the JSON), or an async generator of chunks when the request streams (call with
+`handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
+when streaming). The Python API is not behind the API keys: it is reachable only from inside
+the Ray cluster.
 """
 
 # FastAPI reads these annotations at runtime, so no `from __future__ import annotations`.
@@ -11,7 +19,7 @@ HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/model
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,136 +31,128 @@ from ray.serve.handle import DeploymentHandle
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse, OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.responses import ModelCard, ModelList
-from deployments.protocol.validation import parse_request
-from router.http_errors import error_json, error_sse
+from deployments.protocol.responses import ModelList
+from router.auth import authorized
+from router.dispatch import Routed
+from router.gateway import Gateway
+from router.http_errors import error_json, error_sse, internal_error, unauthorized
+from router.model_pool import ModelStream
 
 logger = logging.getLogger(__name__)
 
 app = FastAPI(title="ascend-router")
 
 
-async def _sse(first: BaseModel, rest: AsyncIterator[Any]) -> AsyncIterator[str]:
+async def _sse(items: AsyncGenerator[BaseModel, None]) -> AsyncIterator[str]:
     """Relay chunks as server-sent events, ending with `data: [DONE]`."""
-    yield f"data: {first.model_dump_json()}\n\n"
     try:
-        async for item in rest:
+        async for item in items:
             if isinstance(item, ErrorResponse):
                 yield error_sse(item)
                 break
             yield f"data: {item.model_dump_json()}\n\n"
     finally:
-        # client gone or stream done: cancelling reaches the model replica, which aborts
-        cancel = getattr(rest, "cancel", None)
-        if cancel is not None:
-            cancel()
+        await items.aclose()  # client gone or stream done: the model request ends too
     yield "data: [DONE]\n\n"
-
-
-def _is_stream(result: Any) -> bool:
-    return not isinstance(result, BaseModel)
 
 
 async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
     yield item
 
 
-async def _relay(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    async for item in stream:
-        yield item
+def _wants_stream(request: Any) -> bool:
+    return bool(request.get("stream") if isinstance(request, dict) else request.stream)
+
+
+def _python_result(outcome: Routed | ErrorResponse, stream: bool) -> Any:
+    """The Python API's answer: a response, an `ErrorResponse`, or an async generator."""
+    result = outcome.result if isinstance(outcome, Routed) else outcome
+    if isinstance(result, ModelStream):
+        if isinstance(result.first, ErrorResponse):
+            result.close()
+            return _one(result.first)
+        return result.items()
+    if stream and isinstance(result, ErrorResponse):
+        return _one(result)
+    return result
+
+
+def _http_result(outcome: Routed | ErrorResponse) -> Response:
+    """The HTTP answer: JSON, an SSE stream, or an OpenAI error, with the decision headers."""
+    if isinstance(outcome, ErrorResponse):
+        return error_json(outcome)
+    headers = outcome.headers()
+    result = outcome.result
+    if isinstance(result, ModelStream):
+        if isinstance(result.first, ErrorResponse):
+            result.close()
+            return error_json(result.first, headers)
+        return StreamingResponse(
+            _sse(result.items()), media_type="text/event-stream", headers=headers
+        )
+    if isinstance(result, ErrorResponse):
+        return error_json(result, headers)
+    return JSONResponse(result.model_dump(mode="json"), headers=headers)
 
 
 # Helpers above stay above: `serve.ingress` pickles the class when it is defined.
 @serve.deployment
 @serve.ingress(app)
 class Router:
-    """Routes OpenAI requests to model deployments.
+    """Routes OpenAI requests to model deployments by the configured policy.
 
     Args:
         config: the application config (`RouterAppConfig` as a dict or model).
         handles: model id -> handle of its `ModelServer` deployment.
     """
 
-    def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray Serve awaits an async constructor
         self, config: RouterAppConfig | dict[str, Any], handles: dict[str, DeploymentHandle]
     ) -> None:
         self.config = RouterAppConfig.model_validate(config)
-        self.handles = handles
+        self.gateway = Gateway(self.config, handles)
+        self.gateway.pool.start()
         self.created = int(time.time())
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
-
-    def _target(self, model: str | None) -> DeploymentHandle:
-        model_id = model or self.config.default
-        handle = self.handles.get(model_id)
-        if handle is None:
-            raise OpenAIError(
-                f"the model {model_id!r} does not exist; available: {sorted(self.handles)}",
-                status_code=404, param="model", code="model_not_found",
-            )
-        return handle
-
-    async def _call(
-        self, method: str, model: type[ChatCompletionRequest | CompletionRequest], request: Any
-    ) -> Any:
-        try:
-            req = parse_request(model, request)
-            handle = self._target(req.model)
-        except OpenAIError as exc:
-            if isinstance(request, dict) and request.get("stream"):
-                return _one(exc.response())
-            return exc.response()
-        if req.stream:
-            return handle.options(stream=True).__getattr__(method).remote(req)
-        return await handle.__getattr__(method).remote(req)
 
     async def chat(self, request: ChatCompletionRequest | dict[str, Any]) -> Any:
         """Chat completion: `ChatCompletion`, or an async generator of `ChatCompletionChunk`
         when `request.stream` (call with `handle.options(stream=True)`); errors come back as an
         `ErrorResponse` (the first stream item when streaming)."""
-        result = await self._call("chat", ChatCompletionRequest, request)
-        return _relay(result) if _is_stream(result) else result
+        outcome = await self.gateway.route("chat", ChatCompletionRequest, request, {})
+        return _python_result(outcome, _wants_stream(request))
 
     async def completions(self, request: CompletionRequest | dict[str, Any]) -> Any:
         """Legacy completion: `Completion` or a stream of them; errors as for `chat`."""
-        result = await self._call("completions", CompletionRequest, request)
-        return _relay(result) if _is_stream(result) else result
+        outcome = await self.gateway.route("completions", CompletionRequest, request, {})
+        return _python_result(outcome, _wants_stream(request))
 
     async def models(self) -> ModelList:
-        """The served models."""
-        cards = []
-        for model_id, handle in self.handles.items():
-            info = await handle.info.remote()
-            cards.append(
-                ModelCard(id=model_id, created=self.created, max_model_len=info["max_model_len"])
-            )
-        return ModelList(data=cards)
+        """The served model ids, then the aliases (`auto` included)."""
+        return self.gateway.model_list(self.created)
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    async def _http(self, method: str, model: type[Any], request: Request) -> Response:
+    def _denied(self, request: Request) -> Response | None:
+        if authorized(request.headers.get("authorization"), self.config.api_keys):
+            return None
+        return error_json(unauthorized(), {"www-authenticate": "Bearer"})
+
+    async def _http(self, method: str, schema: type[Any], request: Request) -> Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return error_json(OpenAIError(f"the request body is not valid JSON: {exc}"))
         try:
-            result = await self._call(method, model, body)
-            if isinstance(result, BaseModel):
-                return error_json(result) if isinstance(result, ErrorResponse) else JSONResponse(
-                    result.model_dump(mode="json")
-                )
-            first = await anext(result, None)
-        except Exception as exc:  # a failed replica is a server error, still in OpenAI form
+            outcome = await self.gateway.route(method, schema, body, request.headers)
+        except Exception as exc:  # a router bug is still answered in OpenAI form
             logger.exception("%s failed", method)
-            return error_json(OpenAIError(f"the model server failed: {exc}", status_code=500))
-        if first is None:
-            return error_json(OpenAIError("the model returned no output", status_code=500))
-        if isinstance(first, ErrorResponse):
-            cancel = getattr(result, "cancel", None)
-            if cancel is not None:
-                cancel()
-            return error_json(first)
-        return StreamingResponse(_sse(first, result), media_type="text/event-stream")
+            return error_json(internal_error(exc))
+        return _http_result(outcome)
 
     @app.post("/v1/chat/completions")
     async def http_chat(self, request: Request) -> Response:
@@ -165,12 +165,20 @@ class Router:
         return await self._http("completions", CompletionRequest, request)
 
     @app.get("/v1/models")
-    async def http_models(self) -> Response:
-        """The served models."""
-        return JSONResponse((await self.models()).model_dump(mode="json"))
+    async def http_models(self, request: Request) -> Response:
+        """The served model ids, then the aliases."""
+        return self._denied(request) or JSONResponse((await self.models()).model_dump(mode="json"))
+
+    @app.get("/metrics")
+    async def http_metrics(self, request: Request) -> Response:
+        """Routing counters in the Prometheus text exposition format."""
+        metrics = self.gateway.metrics
+        return self._denied(request) or Response(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/health")
     async def health(self) -> Response:
-        """Liveness of the router (200 while it serves)."""
-        return JSONResponse({"status": "ok", "models": sorted(self.handles)})
-
+        """Liveness of the router (200 while it serves) and the models it sees as down."""
+        pool = self.gateway.pool
+        return JSONResponse(
+            {"status": "ok", "models": sorted(pool.handles), "down": dict(pool.health.down)}
+        )

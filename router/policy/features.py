@@ -183,7 +183,7 @@ def _response_format_kind(value: Any) -> ResponseFormatKind:
         return kind  # type: ignore[return-value]  # narrowed by the membership test
     raise InvalidRequest(
         f"'response_format.type' must be one of {sorted(_RESPONSE_FORMATS)}, got {value!r}",
-        param="response_format",
+        param="response_format.type" if isinstance(value, Mapping) else "response_format",
     )
 
 

@@ -1,15 +1,55 @@
-"""Helpers for tests against the running server: SSE parsing and the served model id."""
+"""Helpers for tests against the running server: SSE parsing, the served model ids, and extra
+router applications in front of the local app's model deployments."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
+from ray import serve
 
-MODEL = "smollm2-135m-instruct"
+from configs.model_config import RouterAppConfig
+from router.app import model_handles, router_app
+
+MODEL = "smollm2-long"
+"""The model id the protocol tests pin (full context, tool parser)."""
+FAST = "smollm2-fast"
+"""The short-context model of configs/local.yaml."""
 CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
+LOCAL_YAML = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
+
+
+def local_args() -> dict[str, Any]:
+    """The `args` of configs/local.yaml (a fresh copy to modify)."""
+    return yaml.safe_load(LOCAL_YAML.read_text())["applications"][0]["args"]
+
+
+@contextmanager
+def extra_router(serve_url: str, name: str, args: dict[str, Any]) -> Iterator[str]:
+    """Run a second router application (route prefix `/<name>`) over the local app's models.
+
+    Args:
+        serve_url: Base URL of the shared Serve instance.
+        name: Application name, also the route prefix.
+        args: Its `RouterAppConfig` args; `models` must be those of configs/local.yaml (their
+            deployment figures may differ: only this router reads them).
+
+    Yields:
+        The application's base URL; the application is deleted afterwards.
+    """
+    config = RouterAppConfig.model_validate(
+        {**args, "router_deployment": {"ray_actor_options": {"num_cpus": 0.05}}}
+    )
+    serve.run(router_app(config, model_handles(config)), name=name, route_prefix=f"/{name}")
+    try:
+        yield f"{serve_url}/{name}"
+    finally:
+        serve.delete(name)
 
 
 def sse_events(resp: httpx.Response) -> tuple[list[dict[str, Any]], bool]:

@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 from ray import serve
-from serve_helpers import MODEL, post_stream, stream_text
+from serve_helpers import FAST, MODEL, post_stream, stream_text
 
-from router.app import APP_NAME
+from router.app import APP_NAME, model_deployment_name
 
 pytestmark = pytest.mark.serve
 
@@ -19,7 +19,7 @@ PARIS = [{"role": "user", "content": "What is the capital of France? Answer in o
 
 
 def _engine_stats():
-    handle = serve.get_deployment_handle(f"model-{MODEL}", app_name=APP_NAME)
+    handle = serve.get_deployment_handle(model_deployment_name(MODEL), app_name=APP_NAME)
     return handle.stats.remote().result()
 
 
@@ -35,7 +35,7 @@ def _wait_idle(timeout: float = 30.0):
 
 def test_health_and_models(http: httpx.Client, client: openai.OpenAI) -> None:
     assert http.get("/health").status_code == 200
-    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert [m.id for m in client.models.list().data] == [FAST, MODEL, "auto"]
 
 
 def test_paris_nonstream_and_stream(client: openai.OpenAI, http: httpx.Client) -> None:

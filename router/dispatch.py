@@ -1,0 +1,137 @@
+"""Fallback across a decision's candidates, and the explainable outcome (`Routed`).
+
+Candidates are tried in order. The next one is tried when a model is saturated, down (failed or
+timed out before its first token), returned a server error, or rejected the prompt as too long
+for its context (the router's prompt-length estimate is approximate) while a later candidate
+remains. Nothing is retried after the first token has gone to the client. When every candidate
+fails, the answer is 429 with `Retry-After` if any was saturated, else 503.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from deployments.protocol.errors import ErrorResponse
+from router.http_errors import saturated_error, unavailable_error
+from router.metrics import RouterMetrics
+from router.model_pool import CallFailed, ModelPool, ModelStream
+from router.policy import Decision
+
+MODEL_HEADER = "x-ascend-router-model"
+RULE_HEADER = "x-ascend-router-rule"
+FALLBACK_HEADER = "x-ascend-router-fallback"
+REASON_HEADER = "x-ascend-router-reason"
+
+
+@dataclass(frozen=True)
+class Routed:
+    """How one request was answered after a routing decision.
+
+    Attributes:
+        model: The model that answered; when none did, the last one tried.
+        rule: What decided (`Decision.rule`).
+        reason: Why (`Decision.reason`).
+        fallback: Models tried before `model`, in order.
+        result: The response or `ErrorResponse` (non-streamed), or the started stream.
+        retry_after_s: `Retry-After` seconds, for a 429.
+    """
+
+    model: str
+    rule: str
+    reason: str
+    fallback: tuple[str, ...]
+    result: BaseModel | ModelStream
+    retry_after_s: int | None = None
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of the answer."""
+        first = self.result.first if isinstance(self.result, ModelStream) else self.result
+        return first.status_code if isinstance(first, ErrorResponse) else 200
+
+    def headers(self) -> dict[str, str]:
+        """The decision headers (and `Retry-After` for a 429)."""
+        headers = {
+            MODEL_HEADER: self.model,
+            RULE_HEADER: self.rule,
+            REASON_HEADER: self.reason.encode("ascii", "replace").decode(),
+        }
+        if self.fallback:
+            headers[FALLBACK_HEADER] = ",".join(self.fallback)
+        if self.retry_after_s is not None:
+            headers["retry-after"] = str(self.retry_after_s)
+        return headers
+
+
+def _pass_reason(answer: BaseModel, last: bool) -> str | None:
+    """Why a model's answer sends the request on to the next candidate, or None to keep it."""
+    if not isinstance(answer, ErrorResponse):
+        return None
+    if answer.status_code >= 500:
+        return "error"
+    if answer.error.code == "context_length_exceeded" and not last:
+        return "context"
+    return None
+
+
+async def dispatch(
+    pool: ModelPool,
+    decision: Decision,
+    method: str,
+    request: BaseModel,
+    stream: bool,
+    retry_after_s: int,
+    metrics: RouterMetrics,
+) -> Routed:
+    """Send a request to the first candidate that answers.
+
+    Args:
+        pool: The models.
+        decision: The policy's decision (candidates in order).
+        method: `chat` or `completions`.
+        request: The parsed request.
+        stream: Whether to call the model with a stream.
+        retry_after_s: `Retry-After` seconds when every candidate is saturated.
+        metrics: Where fallbacks are counted.
+
+    Returns:
+        The outcome; its `result` is an `ErrorResponse` (429/503) when no candidate answered.
+    """
+    tried: list[str] = []
+    failures: list[str] = []
+    saturated = False
+    for index, model in enumerate(decision.candidates):
+        last = index == len(decision.candidates) - 1
+        try:
+            result: BaseModel | ModelStream = await (
+                pool.stream(model, method, request)
+                if stream
+                else pool.unary(model, method, request)
+            )
+        except CallFailed as exc:
+            saturated |= exc.kind == "saturated"
+            reason: str = exc.kind
+            detail = str(exc)
+        else:
+            answer = result.first if isinstance(result, ModelStream) else result
+            passed = _pass_reason(answer, last)
+            if passed is None:
+                return Routed(model, decision.rule, decision.reason, tuple(tried), result)
+            if isinstance(result, ModelStream):
+                result.close()
+            assert isinstance(answer, ErrorResponse)
+            reason, detail = passed, f"{model}: {answer.error.message}"
+        metrics.fallbacks.labels(model, reason).inc()
+        tried.append(model)
+        failures.append(detail)
+    error = saturated_error if saturated else unavailable_error
+    return Routed(
+        tried[-1],
+        decision.rule,
+        decision.reason,
+        tuple(tried[:-1]),
+        error("; ".join(failures)).response(),
+        retry_after_s if saturated else None,
+    )

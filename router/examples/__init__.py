@@ -1,0 +1,1 @@
+"""Example Ray Serve applications built on the router's Python API."""

@@ -1,0 +1,205 @@
+"""The router's model deployments: their handles, capabilities, load and health, and one call.
+
+Every call is counted in flight while it runs and bounded in time: when no answer (the first
+stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
+model is probed and the call ends unless the probe succeeds, and no call waits longer than
+`response_timeout_s`. A failed call is classified: Ray's `BackPressureError` (the handle's
+`max_queued_requests` is exceeded) and the router's own limit mean *saturated*; a timeout or any
+other failure means *down* and marks the model down until a probe succeeds (`router.health`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+
+from configs.model_config import RouterAppConfig
+from router.health import HealthView
+from router.http_errors import mid_stream_error
+from router.load import LoadTracker, ModelLimits
+from router.policy import ModelCapabilities, ModelState
+
+logger = logging.getLogger(__name__)
+
+FailureKind = Literal["saturated", "down"]
+
+
+class CallFailed(Exception):
+    """A model did not answer a call.
+
+    Attributes:
+        model: The model id.
+        kind: `saturated` (over its queue limit) or `down` (failed or timed out; now marked down).
+    """
+
+    def __init__(self, model: str, kind: FailureKind, detail: str) -> None:
+        super().__init__(f"{model}: {kind} ({detail})")
+        self.model = model
+        self.kind = kind
+
+
+class ModelStream:
+    """A stream from one model whose first item has arrived.
+
+    Args:
+        first: The first item (a chunk, or an `ErrorResponse`).
+        response: The handle's stream, for the remaining items.
+        done: Called once when the stream ends, fails or is closed.
+    """
+
+    def __init__(
+        self, first: BaseModel, response: DeploymentResponseGenerator, done: Callable[[], None]
+    ) -> None:
+        self.first = first
+        self._response = response
+        self._done: Callable[[], None] | None = done
+
+    async def items(self) -> AsyncGenerator[BaseModel, None]:
+        """The first item, then the rest; a failure mid-stream becomes a final error item."""
+        try:
+            yield self.first
+            async for item in self._response:
+                yield item
+        except Exception as exc:  # reported to the client as the stream's last event
+            logger.exception("model stream failed after its first item")
+            yield mid_stream_error(exc)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the stream (the model replica aborts the request) and stop counting it."""
+        if self._done is not None:
+            # cancelling reaches the model replica, which aborts and frees the KV blocks
+            self._response.cancel()
+            self._done()
+            self._done = None
+
+
+class ModelPool:
+    """The served models as the router sees them.
+
+    Args:
+        config: The application config.
+        handles: Model id -> handle of its `ModelServer` deployment.
+    """
+
+    def __init__(self, config: RouterAppConfig, handles: dict[str, DeploymentHandle]) -> None:
+        self.config = config
+        self.handles = handles
+        self.configs = {m.model_id: m for m in config.models}
+        assert set(handles) == set(self.configs), f"handles {sorted(handles)} != config models"
+        self.learned: dict[str, int] = {}
+        self.capabilities: dict[str, ModelCapabilities] = config.capabilities()
+        self.load = LoadTracker(
+            {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models}
+        )
+        self.health = HealthView(self.probe, config.health_cooldown_s)
+        self.first_token_s = config.first_token_timeout_s
+
+    def start(self) -> None:
+        """Probe the models whose context length only their replica knows (needs a loop)."""
+        for model in self.handles:
+            if self.context_length(model) is None:
+                self.health.mark_down(model, "context length not reported yet")
+
+    def context_length(self, model: str) -> int | None:
+        """`engine.max_model_len`, else what a replica reported; None until one does."""
+        return self.configs[model].engine.max_model_len or self.learned.get(model)
+
+    def states(self) -> dict[str, ModelState]:
+        """Model id -> health and load, for the policy."""
+        return {m: self.load.state(m, self.health.healthy(m)) for m in self.handles}
+
+    async def probe(self, model: str) -> None:
+        """Ask `model` for its `info` within `health_probe_timeout_s`; learn its context length.
+
+        Raises:
+            Exception: The call failed or timed out.
+        """
+        response = self.handles[model].info.remote()
+        try:
+            info = await asyncio.wait_for(response, self.config.health_probe_timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()
+            raise
+        if model not in self.learned:
+            self.learned[model] = int(info["max_model_len"])
+            self.capabilities = self.config.capabilities(self.learned)
+
+    async def unary(self, model: str, method: str, request: BaseModel) -> BaseModel:
+        """One non-streamed call: the response, or an `ErrorResponse` the model returned.
+
+        Raises:
+            CallFailed: Saturated, or down (the model is now marked down).
+        """
+        self._admit(model)
+        response = getattr(self.handles[model], method).remote(request)
+        try:
+            result: BaseModel = await self._answer(model, response, response.cancel)
+            return result
+        finally:
+            self.load.release(model)
+
+    async def stream(self, model: str, method: str, request: BaseModel) -> ModelStream:
+        """Start one streamed call and wait for its first item.
+
+        Raises:
+            CallFailed: Saturated, or down (the model is now marked down).
+        """
+        self._admit(model)
+        response = getattr(self.handles[model].options(stream=True), method).remote(request)
+        try:
+            first: BaseModel = await self._answer(model, anext(response), response.cancel)
+        except BaseException:
+            self.load.release(model)
+            raise
+        return ModelStream(first, response, lambda: self.load.release(model))
+
+    def _admit(self, model: str) -> None:
+        if self.load.saturated(model):
+            count = self.load.counts[model]
+            raise CallFailed(model, "saturated", f"{count} requests in flight from this router")
+        self.load.acquire(model)
+
+    async def _answer(self, model: str, pending: Awaitable[Any], cancel: Callable[[], None]) -> Any:
+        """Wait for a call's answer, checking every `first_token_timeout_s` that `model` lives.
+
+        A deployment with no live replica never answers (Ray Serve's handle waits for one), so
+        a wait past `first_token_timeout_s` is followed by a probe; a failed probe ends the call
+        as *down*, a good one waits again, up to `response_timeout_s` in all.
+        """
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(pending)
+        deadline = loop.time() + self.config.response_timeout_s
+        try:
+            while True:
+                left = deadline - loop.time()
+                done, _ = await asyncio.wait({task}, timeout=min(self.first_token_s, left))
+                if done:
+                    return task.result()
+                if left <= self.first_token_s:
+                    raise TimeoutError(f"no answer in {self.config.response_timeout_s} s")
+                try:
+                    await self.probe(model)
+                except Exception as exc:
+                    raise TimeoutError(
+                        f"no answer in {self.first_token_s} s and the health probe failed: {exc!r}"
+                    ) from exc
+        except BackPressureError as exc:
+            raise CallFailed(model, "saturated", exc.message) from exc
+        except Exception as exc:
+            cancel()
+            detail = f"{exc}" if isinstance(exc, TimeoutError) else f"the call failed: {exc!r}"
+            self.health.mark_down(model, detail[:300])
+            raise CallFailed(model, "down", detail[:300]) from exc
+        except asyncio.CancelledError:  # our caller went away: so does the model's request
+            cancel()
+            raise
+        finally:
+            task.cancel()  # no-op once done

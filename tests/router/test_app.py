@@ -1,0 +1,166 @@
+"""Start-up: config and policy validation, capabilities, deployment options, API keys, limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from configs.model_config import UNKNOWN_CONTEXT, DeploymentOptions, RouterAppConfig
+from router.app import build_app
+from router.auth import authorized
+from router.load import LoadTracker, ModelLimits
+
+LOCAL = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
+
+
+def local_args() -> dict[str, Any]:
+    return yaml.safe_load(LOCAL.read_text())["applications"][0]["args"]
+
+
+def with_policy(**policy: Any) -> dict[str, Any]:
+    auto = {"auto": ["smollm2-long", "smollm2-fast"]}
+    return {**local_args(), "policy": {"aliases": auto, **policy}}
+
+
+def test_local_capabilities_come_from_the_model_configs() -> None:
+    config = RouterAppConfig.model_validate(local_args())
+    caps = config.capabilities()
+    assert (caps["smollm2-fast"].context_length, caps["smollm2-fast"].supports_tools) == (
+        2048,
+        False,
+    )
+    assert (caps["smollm2-long"].context_length, caps["smollm2-long"].supports_tools) == (
+        8192,
+        True,
+    )
+    assert config.default == "smollm2-long"
+
+
+def test_context_without_max_model_len_is_learned() -> None:
+    args = local_args()
+    del args["models"][0]["engine"]["max_model_len"]
+    config = RouterAppConfig.model_validate(args)
+    assert config.capabilities()["smollm2-fast"].context_length == UNKNOWN_CONTEXT
+    assert config.capabilities({"smollm2-fast": 2048})["smollm2-fast"].context_length == 2048
+
+
+def test_no_policy_routes_auto_to_the_default_model() -> None:
+    args = {k: v for k, v in local_args().items() if k != "policy"}
+    config = RouterAppConfig.model_validate({**args, "default_model": "smollm2-fast"})
+    assert config.routing_policy().fallback_targets() == ["smollm2-fast"]
+    assert config.default == "smollm2-fast"
+
+
+# fmt: off
+BAD_POLICIES = [
+    (with_policy(rules=[{"name": "to-nowhere", "targets": ["gpt-9"]}]),
+     r"rule 'to-nowhere' targets names unknown model 'gpt-9'"),
+    (with_policy(rules=[{"name": "tools-on-fast", "when": {"has_tools": True},
+                         "targets": ["smollm2-fast"]}]),
+     r"rule 'tools-on-fast'.*supports_tools"),
+    (with_policy(rules=[{"name": "huge", "when": {"prompt_tokens_gt": 9000},
+                         "targets": ["smollm2-long"]}]),
+     r"rule 'huge'.*context"),
+    (with_policy(rules=[{"name": "r", "targets": ["smollm2-long"]},
+                        {"name": "r2", "when": {"stream": True}, "targets": ["smollm2-long"]}]),
+     r"rule 'r2' is unreachable"),
+    ({**local_args(), "default_model": "smollm2-fast"}, "give default_model or policy"),
+    (with_policy(aliases={"auto": ["smollm2-long"], "smollm2-fast": ["smollm2-long"]}),
+     "same name as a served model"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_POLICIES)
+def test_bad_policy_fails_in_build_app_naming_it(args: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        build_app(args)
+
+
+def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = local_args()
+    args["models"][1]["deployment"] = {
+        "autoscaling_config": {"min_replicas": 1, "max_replicas": 3},
+        "max_ongoing_requests": 7,
+        "max_queued_requests": 9,
+        "ray_actor_options": {"num_cpus": 0.25, "resources": {"NPU": 1}},
+    }
+    monkeypatch.setenv("ASCEND_ROUTER_API_KEYS", "k1, k2")
+    router = build_app(args)._bound_deployment  # Ray has no public accessor for this
+    config_arg, models = router.init_args
+    assert config_arg["api_keys"] == ["k1", "k2"]
+    fast = models["smollm2-fast"]._bound_deployment
+    long = models["smollm2-long"]._bound_deployment
+    assert (fast.name, fast.num_replicas, fast.max_ongoing_requests) == (
+        "model-smollm2-fast",
+        1,
+        16,
+    )
+    assert (fast.max_queued_requests, fast.ray_actor_options) == (32, {"num_cpus": 0.5})
+    assert long._deployment_config.autoscaling_config.max_replicas == 3
+    assert (long.max_ongoing_requests, long.max_queued_requests) == (7, 9)
+    assert long.ray_actor_options == {"num_cpus": 0.25, "resources": {"NPU": 1}}
+
+
+def test_configured_api_keys_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASCEND_ROUTER_API_KEYS", "from-env")
+    config_arg, _ = build_app(
+        {**local_args(), "api_keys": ["from-yaml"]}
+    )._bound_deployment.init_args
+    assert config_arg["api_keys"] == ["from-yaml"]
+
+
+@pytest.mark.parametrize(
+    ("header", "keys", "ok"),
+    [
+        (None, [], True),
+        ("Bearer anything", [], True),
+        (None, ["k1"], False),
+        ("Bearer k1", ["k1", "k2"], True),
+        ("bearer  k2 ", ["k1", "k2"], True),
+        ("Bearer k3", ["k1", "k2"], False),
+        ("Basic k1", ["k1"], False),
+        ("Bearer ", ["k1"], False),
+        ("Bearer k1k1", ["k1"], False),
+    ],
+)
+def test_authorized(header: str | None, keys: list[str], ok: bool) -> None:
+    assert authorized(header, keys) is ok
+
+
+@pytest.mark.parametrize(
+    ("options", "limits"),
+    [
+        ({"num_replicas": 2, "max_ongoing_requests": 4, "max_queued_requests": 3}, (8, 3)),
+        ({"autoscaling_config": {"max_replicas": 5}, "max_ongoing_requests": 2}, (10, 256)),
+        ({"max_ongoing_requests": 4, "max_queued_requests": -1}, (4, None)),
+    ],
+)
+def test_limits_from_deployment_options(
+    options: dict[str, Any], limits: tuple[int, int | None]
+) -> None:
+    got = ModelLimits.from_options(DeploymentOptions.model_validate(options))
+    assert (got.capacity, got.queue_limit) == limits
+
+
+def test_load_tracker_states_and_saturation() -> None:
+    tracker = LoadTracker({"m": ModelLimits(capacity=2, queue_limit=1), "u": ModelLimits(1, None)})
+    for _ in range(3):
+        assert not tracker.saturated("m")
+        tracker.acquire("m")
+    assert tracker.saturated("m")
+    state = tracker.state("m", healthy=True)
+    assert (state.in_flight, state.queued, state.queue_limit, state.load) == (2, 1, 1, 3)
+    tracker.release("m")
+    assert not tracker.saturated("m") and tracker.state("m", True).queued == 0
+    for _ in range(50):
+        tracker.acquire("u")
+    assert not tracker.saturated("u")
+    zero = LoadTracker({"z": ModelLimits(capacity=1, queue_limit=0)})
+    assert not zero.saturated("z")
+    zero.acquire("z")
+    assert zero.saturated("z")

@@ -1,0 +1,190 @@
+"""Fallback, saturation, health and the decision headers, on scripted model handles (no Ray).
+
+The real stack is exercised in tests/serve/test_fallback.py; here every failure kind is
+produced on cue, stream and non-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from fake_models import Answer, Behaviour, FakeHandle, is_error
+
+from configs.model_config import RouterAppConfig
+from deployments.protocol.errors import ErrorResponse
+from deployments.protocol.requests import ChatCompletionRequest
+from router.dispatch import FALLBACK_HEADER, MODEL_HEADER, RULE_HEADER, Routed
+from router.gateway import Gateway
+from router.model_pool import ModelStream
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def make_config(context: int | None = 4096, **overrides: Any) -> RouterAppConfig:
+    models = [
+        {
+            "model_id": model,
+            "source": {"path": "/nowhere"},
+            "engine": {"max_model_len": context},
+            "deployment": {"max_ongoing_requests": 1, "max_queued_requests": 1},
+        }
+        for model in ("a", "b")
+    ]
+    args = {
+        "models": models,
+        "policy": {"aliases": {"auto": ["a", "b"]}},
+        "first_token_timeout_s": 0.05,
+        "health_probe_timeout_s": 0.05,
+        "health_cooldown_s": 0.05,
+        "response_timeout_s": 2,
+        "retry_after_s": 3,
+    }
+    return RouterAppConfig.model_validate(args | overrides)
+
+
+def make_gateway(a: Behaviour = "ok", b: Behaviour = "ok", **config: Any) -> Gateway:
+    handles = {"a": FakeHandle("a", a, delay_s=0.2), "b": FakeHandle("b", b, delay_s=0.2)}
+    return Gateway(make_config(**config), handles)  # type: ignore[arg-type]
+
+
+async def route(gateway: Gateway, stream: bool = False) -> Routed | ErrorResponse:
+    body = {"messages": HI, "stream": stream}
+    return await gateway.route("chat", ChatCompletionRequest, body, {})
+
+
+async def answer(outcome: Routed | ErrorResponse) -> Any:
+    """The non-streamed result, or a stream's first item after draining it."""
+    assert isinstance(outcome, Routed), outcome
+    if isinstance(outcome.result, ModelStream):
+        items = [item async for item in outcome.result.items()]
+        return items[0]
+    return outcome.result
+
+
+# fmt: off
+FALLBACK_CASES = [
+    # behaviour of a, of b -> status, model header, fallback header, Retry-After, a marked down
+    ("ok", "ok", 200, "a", None, None, False),
+    ("slow", "ok", 200, "a", None, None, False),
+    ("backpressure", "ok", 200, "b", "a", None, False),
+    ("crash", "ok", 200, "b", "a", None, True),
+    ("dead", "ok", 200, "b", "a", None, True),
+    ("error500", "ok", 200, "b", "a", None, False),
+    ("context", "ok", 200, "b", "a", None, False),
+    ("context", "context", 400, "b", "a", None, False),
+    ("backpressure", "backpressure", 429, "b", "a", "3", False),
+    ("backpressure", "dead", 429, "b", "a", "3", False),
+    ("crash", "crash", 503, "b", "a", None, True),
+    ("dead", "dead", 503, "b", "a", None, True),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(
+    ("a", "b", "status", "model", "fallback", "retry_after", "a_down"), FALLBACK_CASES
+)
+def test_fallback(
+    a: Behaviour,
+    b: Behaviour,
+    status: int,
+    model: str,
+    fallback: str | None,
+    retry_after: str | None,
+    a_down: bool,
+    stream: bool,
+) -> None:
+    async def run() -> None:
+        gateway = make_gateway(a, b)
+        outcome = await route(gateway, stream)
+        assert isinstance(outcome, Routed)
+        headers = outcome.headers()
+        assert outcome.status == status, await answer(outcome)
+        assert (headers[MODEL_HEADER], headers[RULE_HEADER]) == (model, "default")
+        assert headers.get(FALLBACK_HEADER) == fallback
+        assert headers.get("retry-after") == retry_after
+        result = await answer(outcome)
+        assert result == Answer(model=model) if status == 200 else is_error(result, status)
+        assert gateway.pool.health.healthy("a") is not a_down
+        assert sum(gateway.pool.load.counts.values()) == 0, "in-flight counts leaked"
+        if a_down:
+            assert gateway.pool.handles["a"].sent()[0].cancelled  # type: ignore[attr-defined]
+
+    asyncio.run(run())
+
+
+def test_own_queue_limit_saturates_before_sending() -> None:
+    async def run() -> None:
+        gateway = make_gateway("slow", "slow")  # a takes 1 running + 1 queued from this router
+        held = [asyncio.ensure_future(route(gateway)) for _ in range(4)]
+        await asyncio.sleep(0.01)
+        assert gateway.pool.states()["a"].queued == 1
+        outcomes = await asyncio.gather(*held, route(gateway))
+        models = [o.headers()[MODEL_HEADER] for o in outcomes if isinstance(o, Routed)]
+        assert [o.status for o in outcomes if isinstance(o, Routed)] == [200] * 4 + [429]
+        assert models[:4] == ["a", "a", "b", "b"]
+        assert outcomes[2].headers()[FALLBACK_HEADER] == "a"  # type: ignore[union-attr]
+        assert len(gateway.pool.handles["a"].sent()) == 2, "a saturated model is not called"  # type: ignore[attr-defined]
+
+    asyncio.run(run())
+
+
+def test_down_model_is_skipped_then_probed_back() -> None:
+    async def run() -> None:
+        gateway = make_gateway("crash", "ok")
+        first = await route(gateway)
+        assert isinstance(first, Routed) and first.fallback == ("a",)
+        skipped = await route(gateway)
+        assert isinstance(skipped, Routed) and (skipped.model, skipped.fallback) == ("b", ())
+        assert "unhealthy" in skipped.reason
+        gateway.pool.handles["a"].behaviour = "ok"  # type: ignore[attr-defined]
+        await asyncio.sleep(0.2)  # > cool-down: the probe succeeds
+        back = await route(gateway)
+        assert isinstance(back, Routed) and back.model == "a"
+
+    asyncio.run(run())
+
+
+def test_no_healthy_model_is_503_before_any_call() -> None:
+    async def run() -> None:
+        gateway = make_gateway("crash", "crash")
+        assert isinstance(await route(gateway), Routed)
+        outcome = await route(gateway, stream=True)
+        assert is_error(outcome, 503) and "no healthy model" in outcome.error.message  # type: ignore[union-attr]
+
+    asyncio.run(run())
+
+
+def test_unknown_context_is_learned_from_a_probe() -> None:
+    async def run() -> None:
+        gateway = make_gateway(context=None)
+        gateway.pool.start()
+        assert not gateway.pool.health.healthy("a")
+        await asyncio.sleep(0.2)
+        assert gateway.pool.health.healthy("a") and gateway.pool.context_length("a") == 4096
+        assert gateway.pool.capabilities["a"].context_length == 4096
+        assert gateway.model_list(0).data[0].max_model_len == 4096
+
+    asyncio.run(run())
+
+
+def test_metrics_count_decisions_and_fallbacks() -> None:
+    async def run() -> None:
+        gateway = make_gateway("backpressure", "ok")
+        await route(gateway)
+        text = gateway.metrics.render().decode()
+        assert 'ascend_router_requests_total{model="b",rule="default",status="200"} 1.0' in text
+        assert 'ascend_router_fallbacks_total{model="a",reason="saturated"} 1.0' in text
+
+    asyncio.run(run())
+
+
+def test_model_list_has_ids_then_aliases() -> None:
+    listed = make_gateway().model_list(7)
+    assert [(c.id, c.max_model_len) for c in listed.data] == [
+        ("a", 4096),
+        ("b", 4096),
+        ("auto", None),
+    ]
