@@ -16,6 +16,7 @@ the Ray cluster.
 
 # FastAPI reads these annotations at runtime, so no `from __future__ import annotations`.
 
+import asyncio
 import json
 import logging
 import time
@@ -171,9 +172,20 @@ class Router:
 
     @app.get("/metrics")
     async def http_metrics(self, request: Request) -> Response:
-        """Routing counters in the Prometheus text exposition format."""
+        """Routing counters and every reachable model's engine metrics (Prometheus text)."""
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
         metrics = self.gateway.metrics
-        return self._denied(request) or Response(metrics.render(), media_type=metrics.content_type)
+        texts = await asyncio.gather(
+            *(
+                asyncio.wait_for(h.metrics_text.remote(), self.config.health_probe_timeout_s)
+                for h in self.gateway.pool.handles.values()
+            ),
+            return_exceptions=True,
+        )
+        engine = [t for t in texts if isinstance(t, bytes)]  # a model that is down is skipped
+        return Response(metrics.render(engine), media_type=metrics.content_type)
 
     @app.get("/health")
     async def health(self) -> Response:

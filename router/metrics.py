@@ -1,11 +1,17 @@
 """Prometheus metrics of the router, served at `GET /metrics` in the text exposition format.
 
-Each router replica keeps its own registry (Prometheus sums replicas when it scrapes each).
+Each router replica keeps its own registry (Prometheus sums replicas when it scrapes each). The
+engine metrics of every model (vLLM names, `model_name` label) are gathered from the model
+replicas through their handles and merged in, one metric family per name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class RouterMetrics:
@@ -30,6 +36,28 @@ class RouterMetrics:
             registry=self.registry,
         )
 
-    def render(self) -> bytes:
-        """Every metric in the Prometheus text format."""
-        return generate_latest(self.registry)
+    def render(self, model_expositions: Iterable[bytes] = ()) -> bytes:
+        """The router's metrics plus the models' (text exposition format, each family once)."""
+        merged = _Merged(model_expositions)
+        return generate_latest(self.registry) + generate_latest(_registry_of(merged))
+
+
+class _Merged:
+    """A collector yielding the families of several expositions, samples of a name merged."""
+
+    def __init__(self, texts: Iterable[bytes]) -> None:
+        self.families: dict[str, Metric] = {}
+        for text in texts:
+            for family in text_string_to_metric_families(text.decode()):
+                known = self.families.setdefault(family.name, family)
+                if known is not family:
+                    known.samples.extend(family.samples)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families.values()
+
+
+def _registry_of(collector: _Merged) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    return registry

@@ -102,8 +102,13 @@ def check_memory(
     return checks
 
 
-def check_ray(nodes: list[RayNode] | None, config: RouterAppConfig | None) -> Check:
-    """Ray's view of `NPU` resources per node, and whether each replica fits on one node."""
+def check_ray(
+    nodes: list[RayNode] | None, config: RouterAppConfig | None, has_npu: bool = True
+) -> Check:
+    """Ray's view of `NPU` resources per node, and whether each replica fits on one node.
+
+    On a machine without NPUs a shortfall is a WARN (the CPU fallback serves), not a FAIL.
+    """
     if nodes is None:
         return Check(
             "ray",
@@ -118,7 +123,7 @@ def check_ray(nodes: list[RayNode] | None, config: RouterAppConfig | None) -> Ch
             need = ", ".join(f"{m.model_id} needs {replica_npus(m):g}" for m in short)
             return Check(
                 "ray",
-                Status.FAIL,
+                Status.FAIL if has_npu else Status.WARN,
                 f"{view}; per replica {need} NPUs on one node",
                 "start Ray on Ascend nodes with NPU resources, e.g. "
                 "`ray start --resources='{\"NPU\": 8}'`",

@@ -82,7 +82,7 @@ def _free_bytes(probe: TorchNpuProbe, view: checks_hardware.HardwareView) -> lis
     return None
 
 
-def _ray_check(ctx: DoctorContext, config: RouterAppConfig | None) -> Check:
+def _ray_check(ctx: DoctorContext, config: RouterAppConfig | None, has_npu: bool) -> Check:
     try:
         nodes = ctx.ray(ctx.ray_address)
     except Exception as exc:  # an unreachable cluster is a finding, not a crash
@@ -93,7 +93,7 @@ def _ray_check(ctx: DoctorContext, config: RouterAppConfig | None) -> Check:
             f"RAY_ADDRESS={ctx.ray_address!r}: no cluster answered ({type(exc).__name__}: {exc})",
             "start the cluster or unset RAY_ADDRESS",
         )
-    return checks_config.check_ray(nodes, config)
+    return checks_config.check_ray(nodes, config, has_npu)
 
 
 def run_doctor(ctx: DoctorContext, config: RouterAppConfig | None = None) -> list[Check]:
@@ -119,7 +119,7 @@ def run_doctor(ctx: DoctorContext, config: RouterAppConfig | None = None) -> lis
         checks_software.check_torch_npu_devices(probe, has_npu),
         checks_software.check_python(ctx.python, ctx.torch_version),
         checks_software.check_hccl(ctx.env),
-        _ray_check(ctx, config),
+        _ray_check(ctx, config, has_npu),
     ]
     if config is not None:
         devices = probe.device_count or (len(view.smi.cards) if view.smi else len(view.davinci))

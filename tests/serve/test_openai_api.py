@@ -149,3 +149,16 @@ def test_client_disconnect_aborts_and_frees_blocks(serve_url: str) -> None:
                 next(lines)
     stats = _wait_idle()
     assert stats.num_running == 0 and stats.num_free_blocks == stats.num_blocks, stats
+
+
+def test_metrics_include_engine_metrics_with_vllm_names(http: httpx.Client) -> None:
+    http.post("/v1/chat/completions", json={"model": MODEL, "messages": PARIS, "max_tokens": 4})
+    text = http.get("/metrics").text
+    for name in (
+        "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total",
+        "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+        "ascend_router_requests_total",
+    ):
+        assert name in text, name
+    assert f'model_name="{MODEL}"' in text
+    assert text.count("# TYPE vllm:num_requests_running gauge") == 1

@@ -49,9 +49,9 @@ def test_http_case(http: httpx.Client, case: dict[str, Any]) -> None:
     body.setdefault("max_tokens", 48)
     exp = case["expected"]
     resp = http.post("/v1/chat/completions", json=body)
-    assert resp.status_code == exp["status"], resp.text
+    assert resp.status_code == exp.get("status", 200), resp.text
     data = resp.json()
-    if not exp["accept"]:
+    if not exp.get("accept", True):
         err = data["error"]
         assert set(err) == {"message", "type", "param", "code"}
         if "param" in exp:
@@ -134,9 +134,11 @@ def test_auto_tool_choice_streams_without_error(http: httpx.Client) -> None:
 
 def test_json_response_formats(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Give me a JSON object about Paris."}],
-        response_format={"type": "json_object"}, temperature=0, max_tokens=64,
+        model=MODEL,
+        messages=[{"role": "user", "content": 'Reply with the JSON object {"city": "Paris"}.'}],
+        response_format={"type": "json_object"}, temperature=0, max_tokens=256,
     )
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
     assert isinstance(json.loads(r.choices[0].message.content), dict)
     schema = {
         "type": "object",
