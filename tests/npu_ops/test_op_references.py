@@ -216,7 +216,7 @@ def test_dispatch_then_experts_then_combine_equals_direct_mixture() -> None:
     want = torch.stack(
         [sum(w[i, j] * (int(ids[i, j]) + 1) * x[i] for j in range(k)) for i in range(t)]
     )
-    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # summation order differs
     for i in range(t):  # slot-major source row j * T + i holds token i
         for j in range(k):
             assert torch.equal(rows[int(row_idx[j * t + i])], x[i])
