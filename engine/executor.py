@@ -41,11 +41,18 @@ class ModelShard:
         spec: this rank's KV geometry.
         block_size: tokens per block.
         device: where the model lives.
+        enforce_eager: run the decoder op by op (False: graph mode, see `npu_ops.graph_mode`).
     """
 
     def __init__(
-        self, model: torch.nn.Module, spec: KVCacheSpec, block_size: int, device: torch.device
+        self,
+        model: torch.nn.Module,
+        spec: KVCacheSpec,
+        block_size: int,
+        device: torch.device,
+        enforce_eager: bool = True,
     ) -> None:
+        self.enforce_eager = enforce_eager
         self.model = model
         self.spec = spec
         self.block_size = block_size
@@ -72,7 +79,9 @@ class ModelShard:
     def allocate_kv(self, num_blocks: int) -> None:
         """Allocate the KV cache and make the shard ready to execute."""
         caches = allocate_kv_caches(self.spec, num_blocks, self.block_size, self.device)
-        self.runner = ModelRunner(self.model, caches, self.block_size, self.device)
+        self.runner = ModelRunner(
+            self.model, caches, self.block_size, self.device, self.enforce_eager
+        )
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """See `Executor.execute`."""

@@ -91,13 +91,16 @@ class LLMEngine:
         self.executor: Executor
         if tensor_parallel_size == 1:
             model = load_model(ref, self.dtype, self.device)
-            self.executor = LocalExecutor(model, spec, config.block_size, self.device)
+            self.executor = LocalExecutor(
+                model, spec, config.block_size, self.device, config.enforce_eager
+            )
         else:
             from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
 
             self.executor = RayExecutor(
                 checkpoint, tensor_parallel_size, expert_parallel, spec, config.block_size,
                 self.dtype, config.rank_num_cpus, config.placement_timeout_s,
+                config.enforce_eager,
             )
         try:
             profile = None

@@ -27,6 +27,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from engine.attention import ATTENTION_NAME
+from engine.quantization import apply_quantization
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +210,7 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
         raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
+    apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
     model.to(device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("loaded %s: %.1fM parameters, %s", type(model).__name__, n_params / 1e6, dtype)

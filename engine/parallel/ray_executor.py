@@ -50,6 +50,7 @@ class RayExecutor:
         dtype: weights dtype.
         rank_num_cpus: CPUs each rank reserves.
         placement_timeout_s: how long to wait for the ranks' resources.
+        enforce_eager: run the decoder op by op on every rank (False: graph mode).
 
     Raises:
         RuntimeError: the placement group was not placed in time (names the resources asked
@@ -66,6 +67,7 @@ class RayExecutor:
         dtype: torch.dtype,
         rank_num_cpus: float,
         placement_timeout_s: float,
+        enforce_eager: bool = True,
     ) -> None:
         bundle = rank_bundle(rank_num_cpus)
         self.pg = placement_group([bundle] * world, strategy="STRICT_PACK")
@@ -98,6 +100,7 @@ class RayExecutor:
                 dtype,
                 expert_parallel,
                 threads,
+                enforce_eager,
             )
             for rank in range(world)
         ]

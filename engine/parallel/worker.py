@@ -35,6 +35,7 @@ class RankWorker:
         dtype: weights dtype.
         expert_parallel: split MoE experts across ranks instead of each expert's width.
         num_threads: CPU intra-op threads for this rank.
+        enforce_eager: run the decoder op by op (False: graph mode).
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class RankWorker:
         dtype: torch.dtype,
         expert_parallel: bool,
         num_threads: int,
+        enforce_eager: bool = True,
     ) -> None:
         platform = current_platform()
         torch.set_num_threads(num_threads)
@@ -62,7 +64,7 @@ class RankWorker:
         ref = CheckpointRef.from_path(checkpoint)
         model = load_model(ref, dtype, device)
         shard_model(model, model.config, rank, world, expert_parallel)
-        self.shard = ModelShard(model, spec, block_size, device)
+        self.shard = ModelShard(model, spec, block_size, device, enforce_eager)
         self.rank = rank
         logger.info("rank %d/%d ready on %s (%s)", rank, world, device, platform.dist_backend)
 

@@ -7,6 +7,8 @@
   torch_npu-npu_quant_matmul.md): `out = (x1 @ x2) * scale * pertoken_scale (+ bias)`, with
   an int32 bias added before the dequantisation and a float bias after. The int8 product is
   exact: `torch._int_mm` where the device and shapes allow it, else an exact float emulation.
+  The reference also dequantises to float32 (the CPU engine's default dtype); `npu_quant_matmul`
+  does not.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import torch
 
 INT8_MAX = 127
 QUANT_OUTPUT_DTYPES = (torch.float16, torch.bfloat16)
+"""Float output dtypes of `torch_npu.npu_quant_matmul`."""
+REFERENCE_OUTPUT_DTYPES = (*QUANT_OUTPUT_DTYPES, torch.float32)
+"""Output dtypes of the reference `quant_matmul`."""
 
 
 def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,7 +77,7 @@ def quant_matmul(
         weight: int8 `[K, N]` quantised weights (`x2` layout of `npu_quant_matmul`).
         weight_scale: float32 `[N]` (or `[1]`) per-output-channel weight scale.
         pertoken_scale: float32 `[M]` activation scale from `dynamic_quant`.
-        output_dtype: float16 or bfloat16.
+        output_dtype: float16 or bfloat16 (float32 too in this reference).
         bias: `[N]`; int32 is added to the int32 product, float16/bfloat16/float32 to the
             dequantised result.
 
@@ -84,8 +89,10 @@ def quant_matmul(
     """
     if x.dtype != torch.int8 or weight.dtype != torch.int8:
         raise ValueError(f"x and weight must be int8, got {x.dtype} and {weight.dtype}")
-    if output_dtype not in QUANT_OUTPUT_DTYPES:
-        raise ValueError(f"output_dtype must be one of {QUANT_OUTPUT_DTYPES}, got {output_dtype}")
+    if output_dtype not in REFERENCE_OUTPUT_DTYPES:
+        raise ValueError(
+            f"output_dtype must be one of {REFERENCE_OUTPUT_DTYPES}, got {output_dtype}"
+        )
     acc = int8_matmul(x, weight)
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
