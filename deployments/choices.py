@@ -68,8 +68,13 @@ async def run_choice(
         if reason == "abort":
             raise OpenAIError("the model server is shutting down", status_code=503)
         yield ChoiceDelta(
-            index, text, out.logprobs or (), out.prompt_logprobs, reason,
-            out.num_prompt_tokens, out.num_output_tokens,
+            index,
+            text,
+            out.logprobs or (),
+            out.prompt_logprobs,
+            reason,
+            out.num_prompt_tokens,
+            out.num_output_tokens,
         )
         if reason is not None:
             return

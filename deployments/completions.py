@@ -136,7 +136,9 @@ class CompletionHandler:
             if not text and d.finish_reason is None and not (lp and lp.tokens):
                 continue
             yield Completion(
-                id=cid, created=created, model=self.model_id,
+                id=cid,
+                created=created,
+                model=self.model_id,
                 choices=[
                     CompletionChoice(
                         index=d.index, text=text, logprobs=lp, finish_reason=d.finish_reason
@@ -147,6 +149,9 @@ class CompletionHandler:
             return
         prompt_tokens = sum(len(p) for p in prompts)
         yield Completion(
-            id=cid, created=created, model=self.model_id, choices=[],
+            id=cid,
+            created=created,
+            model=self.model_id,
+            choices=[],
             usage=Usage.of(prompt_tokens, sum(counts.values())),
         )

@@ -30,7 +30,10 @@ class IncrementalDetokenizer:
     """
 
     def __init__(
-        self, tokenizer: Decoder, skip_special_tokens: bool = True, prefix_ids: list[int] | None = None
+        self,
+        tokenizer: Decoder,
+        skip_special_tokens: bool = True,
+        prefix_ids: list[int] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens

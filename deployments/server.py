@@ -74,7 +74,9 @@ class ModelServer:
         self.metrics = EngineMetrics(self.config.model_id)
         self.engine = AsyncEngine(
             LLMEngine(
-                checkpoint, self.config.engine, self.config.tensor_parallel_size,
+                checkpoint,
+                self.config.engine,
+                self.config.tensor_parallel_size,
                 self.config.expert_parallel,
             ),
             self.metrics,

@@ -6,7 +6,9 @@ attention layer then writes its new K/V into the paged cache at `slot_mapping` a
 the context gathered through the block tables. Decoding sequences (one new token each) attend as
 a batch of their own, each over its own padded context; prefill chunks attend over their
 concatenated contexts with a mask that keeps sequences apart and causal. Splitting the two keeps
-a decode batch from paying for every other sequence's context. Registration follows transformers' `AttentionInterface` (transformers
+a decode batch from paying for every other sequence's context.
+
+Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
 """
 
@@ -108,7 +110,11 @@ def paged_attention(
         k = k_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
         v = v_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
         o = F.scaled_dot_product_attention(
-            q, k.to(query.dtype), v.to(query.dtype), attn_mask=meta.prefill_mask, scale=scaling,
+            q,
+            k.to(query.dtype),
+            v.to(query.dtype),
+            attn_mask=meta.prefill_mask,
+            scale=scaling,
             enable_gqa=gqa,
         )
         out[:, :, meta.prefill_rows] = o

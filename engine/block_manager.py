@@ -46,7 +46,9 @@ class BlockManager:
     waits or preempts.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True
+    ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"num_blocks ({num_blocks}) and block_size ({block_size}) must be > 0")
         self.num_blocks = num_blocks
@@ -78,7 +80,9 @@ class BlockManager:
         while len(seq.block_hashes) < upto_blocks:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
-            seq.block_hashes.append(hash((parent, tuple(tokens[i * bs : (i + 1) * bs]), seq.cache_key)))
+            seq.block_hashes.append(
+                hash((parent, tuple(tokens[i * bs : (i + 1) * bs]), seq.cache_key))
+            )
         return seq.block_hashes[:upto_blocks]
 
     def match_prefix(self, seq: Sequence) -> int:

@@ -98,8 +98,14 @@ class LLMEngine:
             from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
 
             self.executor = RayExecutor(
-                checkpoint, tensor_parallel_size, expert_parallel, spec, config.block_size,
-                self.dtype, config.rank_num_cpus, config.placement_timeout_s,
+                checkpoint,
+                tensor_parallel_size,
+                expert_parallel,
+                spec,
+                config.block_size,
+                self.dtype,
+                config.rank_num_cpus,
+                config.placement_timeout_s,
                 config.enforce_eager,
             )
         try:

@@ -13,7 +13,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from engine.llm_engine import EngineStats
 
 _LATENCY_BUCKETS = (
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 )
 _TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 
@@ -49,15 +63,18 @@ class EngineMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prefilled prompt tokens.")
         self.generation_tokens = counter("vllm:generation_tokens", "Generated tokens.")
         self.ttft = histogram(
-            "vllm:time_to_first_token_seconds", "Time to first token (TTFT), seconds.",
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (TTFT), seconds.",
             _LATENCY_BUCKETS,
         )
         self.tpot = histogram(
             "vllm:time_per_output_token_seconds",
-            "Time per output token after the first (TPOT), seconds.", _TOKEN_BUCKETS,
+            "Time per output token after the first (TPOT), seconds.",
+            _TOKEN_BUCKETS,
         )
         self.e2e = histogram(
-            "vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds.",
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency, seconds.",
             _LATENCY_BUCKETS,
         )
         self._last = EngineStats(0, 0, 0.0, 0, 1, 0, 0, 0)

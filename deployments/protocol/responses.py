@@ -23,7 +23,9 @@ class Usage(BaseModel):
     @classmethod
     def of(cls, prompt: int, completion: int) -> Usage:
         """Build from prompt and completion counts."""
-        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        return cls(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
 
 
 class _DropNone(BaseModel):

@@ -59,7 +59,7 @@ class ReducedExperts(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
-        """`[tokens, hidden]` with routing `[tokens, k]` -> `[tokens, hidden]`, summed over ranks."""
+        """`[tokens, hidden]`, routing `[tokens, k]` -> `[tokens, hidden]`, summed over ranks."""
         if self.remap:
             local = top_k_index - self.first_expert
             mine = (local >= 0) & (local < self.num_local)

@@ -108,8 +108,9 @@ def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) ->
 
 def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) -> None:
     """Per-rank head counts on attention modules that read them in `forward`."""
-    kv_local = kv_heads_per_rank(getattr(config, "num_key_value_heads", None)
-                                 or config.num_attention_heads, world)
+    kv_local = kv_heads_per_rank(
+        getattr(config, "num_key_value_heads", None) or config.num_attention_heads, world
+    )
     if hasattr(module, "num_heads"):
         module.num_heads //= world
     if hasattr(module, "num_key_value_heads"):

@@ -42,8 +42,10 @@ def test_prod_uses_npus_and_parallelism() -> None:
         ({"models": []}, "at least 1"),
         ({"models": [{"model_id": "a", "source": {}}]}, "exactly one of"),
         ({"models": [{"model_id": "a", "source": {"path": "/x"}}], "default_model": "b"}, "'b'"),
-        ({"models": [{"model_id": "a", "source": {"path": "/x"}, "engine": {"blocks": 3}}]},
-         "blocks"),
+        (
+            {"models": [{"model_id": "a", "source": {"path": "/x"}, "engine": {"blocks": 3}}]},
+            "blocks",
+        ),
     ],
     ids=["no-models", "no-source", "unknown-default", "unknown-engine-field"],
 )

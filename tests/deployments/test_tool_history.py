@@ -23,16 +23,18 @@ USER = {"role": "user", "content": "hi"}
 
 
 def test_calls_anywhere_in_history_and_arguments_as_objects() -> None:
-    out = normalize_history(msgs(
-        USER,
-        {"role": "assistant", "content": None, "tool_calls": [call("a"), call("b", {"x": 1})]},
-        {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "2"}]},
-        {"role": "tool", "tool_call_id": "a", "content": "1"},
-        {"role": "assistant", "content": "ok"},
-        USER,
-        {"role": "assistant", "content": "", "tool_calls": []},
-        USER,
-    ))
+    out = normalize_history(
+        msgs(
+            USER,
+            {"role": "assistant", "content": None, "tool_calls": [call("a"), call("b", {"x": 1})]},
+            {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "2"}]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "assistant", "content": "ok"},
+            USER,
+            {"role": "assistant", "content": "", "tool_calls": []},
+            USER,
+        )
+    )
     assert out[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Lima"}
     assert out[1]["tool_calls"][1]["function"]["arguments"] == {"x": 1}
     assert out[2] == {"role": "tool", "tool_call_id": "b", "content": "2", "name": "get_weather"}
@@ -43,19 +45,44 @@ def test_calls_anywhere_in_history_and_arguments_as_objects() -> None:
     ("history", "param", "fragment"),
     [
         ([USER, {"role": "assistant", "tool_calls": [call("a1")]}, USER], "messages", "a1"),
-        ([USER, {"role": "assistant", "tool_calls": [call("a")]}, {"role": "tool",
-          "content": "x"}], "messages[2].tool_call_id", "tool_call_id"),
-        ([USER, {"role": "tool", "tool_call_id": "zz", "content": "x"}],
-         "messages[1].tool_call_id", "zz"),
-        ([USER, {"role": "assistant", "tool_calls": [call("a"), call("a")]}],
-         "messages[1].tool_calls[1].id", "twice"),
-        ([USER, {"role": "assistant", "tool_calls": [call("a", "{not json")]}],
-         "messages[1].tool_calls[0].function.arguments", "not JSON"),
-        ([USER, {"role": "assistant", "tool_calls": [call("a", "[1]")]}],
-         "messages[1].tool_calls[0].function.arguments", "object"),
+        (
+            [
+                USER,
+                {"role": "assistant", "tool_calls": [call("a")]},
+                {"role": "tool", "content": "x"},
+            ],
+            "messages[2].tool_call_id",
+            "tool_call_id",
+        ),
+        (
+            [USER, {"role": "tool", "tool_call_id": "zz", "content": "x"}],
+            "messages[1].tool_call_id",
+            "zz",
+        ),
+        (
+            [USER, {"role": "assistant", "tool_calls": [call("a"), call("a")]}],
+            "messages[1].tool_calls[1].id",
+            "twice",
+        ),
+        (
+            [USER, {"role": "assistant", "tool_calls": [call("a", "{not json")]}],
+            "messages[1].tool_calls[0].function.arguments",
+            "not JSON",
+        ),
+        (
+            [USER, {"role": "assistant", "tool_calls": [call("a", "[1]")]}],
+            "messages[1].tool_calls[0].function.arguments",
+            "object",
+        ),
     ],
-    ids=["dangling", "tool-without-id", "orphan-tool", "duplicate-id", "args-not-json",
-         "args-not-object"],
+    ids=[
+        "dangling",
+        "tool-without-id",
+        "orphan-tool",
+        "duplicate-id",
+        "args-not-json",
+        "args-not-object",
+    ],
 )
 def test_bad_histories_are_400(history: list[dict], param: str, fragment: str) -> None:
     with pytest.raises(OpenAIError) as info:
@@ -65,6 +92,10 @@ def test_bad_histories_are_400(history: list[dict], param: str, fragment: str) -
 
 
 def test_lenient_mode_accepts_loose_pairing() -> None:
-    loose = msgs(USER, {"role": "assistant", "tool_calls": [call("a")]}, USER,
-                 {"role": "tool", "tool_call_id": "zz", "content": "x"})
+    loose = msgs(
+        USER,
+        {"role": "assistant", "tool_calls": [call("a")]},
+        USER,
+        {"role": "tool", "tool_call_id": "zz", "content": "x"},
+    )
     assert len(normalize_history(loose, strict=False)) == 4

@@ -88,25 +88,50 @@ def test_eight_concurrent_streams_then_all_blocks_free(client: openai.OpenAI) ->
         ({"model": MODEL}, 400, "messages"),
         ({"model": MODEL, "messages": []}, 400, "messages"),
         ({"model": MODEL, "messages": "hi"}, 400, "messages"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400,
-         "max_tokens"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x"}, 400,
-         "max_tokens"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9999},
-         400, "max_tokens"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "hi " * 9000}]}, 400,
-         "messages"),
-        ({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}, 404,
-         "model"),
-        ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, 400,
-         "messages.0.role"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 3},
-         400, "temperature"),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},
+            400,
+            "max_tokens",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x"},
+            400,
+            "max_tokens",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9999},
+            400,
+            "max_tokens",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi " * 9000}]},
+            400,
+            "messages",
+        ),
+        ({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+        (
+            {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]},
+            400,
+            "messages.0.role",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 3},
+            400,
+            "temperature",
+        ),
     ],
     ids=[
-        "malformed-json", "missing-messages", "empty-messages", "messages-wrong-type",
-        "max-tokens-zero", "max-tokens-wrong-type", "max-tokens-beyond-context",
-        "prompt-beyond-context", "unknown-model", "bad-role", "temperature-out-of-range",
+        "malformed-json",
+        "missing-messages",
+        "empty-messages",
+        "messages-wrong-type",
+        "max-tokens-zero",
+        "max-tokens-wrong-type",
+        "max-tokens-beyond-context",
+        "prompt-beyond-context",
+        "unknown-model",
+        "bad-role",
+        "temperature-out-of-range",
     ],
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -155,8 +180,11 @@ def test_metrics_include_engine_metrics_with_vllm_names(http: httpx.Client) -> N
     http.post("/v1/chat/completions", json={"model": MODEL, "messages": PARIS, "max_tokens": 4})
     text = http.get("/metrics").text
     for name in (
-        "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total",
-        "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_hits_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
         "ascend_router_requests_total",
     ):
         assert name in text, name

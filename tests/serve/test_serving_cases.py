@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from serve_helpers import CASES, MODEL, post_stream, stream_text
 
 SERVING_CASES = json.loads((CASES / "serving.json").read_text())

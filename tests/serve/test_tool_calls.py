@@ -15,8 +15,10 @@ pytestmark = pytest.mark.serve
 
 TOOL_CASES = json.loads((CASES / "toolcalls.json").read_text())
 HTTP_CASES = [
-    c for c in TOOL_CASES
-    if c["kind"] == "validate" or (c["kind"] == "tool_choice" and "messages" in c["input"]["request"])
+    c
+    for c in TOOL_CASES
+    if c["kind"] == "validate"
+    or (c["kind"] == "tool_choice" and "messages" in c["input"]["request"])
 ]
 
 WEATHER = {
@@ -84,7 +86,11 @@ def test_required_tool_choice_nonstream_stream_and_follow_up(client: openai.Open
     args = _check_call(call, "get_weather")
     chunks = list(
         client.chat.completions.create(
-            model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0,
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice="required",
+            temperature=0,
             stream=True,
         )
     )
@@ -128,7 +134,9 @@ def test_auto_tool_choice_streams_without_error(http: httpx.Client) -> None:
     reasons = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
     sent_call = any(c["delta"].get("tool_calls") for e in events for c in e["choices"])
     assert reasons == ["tool_calls" if sent_call else reasons[0]] and reasons[0] in (
-        "stop", "length", "tool_calls"
+        "stop",
+        "length",
+        "tool_calls",
     )
 
 
@@ -136,7 +144,9 @@ def test_json_response_formats(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": 'Reply with the JSON object {"city": "Paris"}.'}],
-        response_format={"type": "json_object"}, temperature=0, max_tokens=256,
+        response_format={"type": "json_object"},
+        temperature=0,
+        max_tokens=256,
     )
     content = r.choices[0].message.content
     if r.choices[0].finish_reason == "stop":  # the grammar closed the object
@@ -150,9 +160,11 @@ def test_json_response_formats(client: openai.OpenAI) -> None:
         "additionalProperties": False,
     }
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Invent a person."}],
+        model=MODEL,
+        messages=[{"role": "user", "content": "Invent a person."}],
         response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
-        temperature=0, max_tokens=64,
+        temperature=0,
+        max_tokens=64,
     )
     person = json.loads(r.choices[0].message.content)
     assert set(person) == {"name", "age"} and isinstance(person["age"], int)
@@ -162,8 +174,10 @@ def test_json_response_formats(client: openai.OpenAI) -> None:
     ("body", "param"),
     [
         ({"tool_choice": "required"}, "tool_choice"),
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
-         "tool_choice"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+            "tool_choice",
+        ),
         ({"tools": [{"type": "function"}]}, "tools[0]"),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
     ],
