@@ -6,10 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
-
-from configs.model_config import RouterAppConfig
+from configs.serve_file import ConfigFileError, load_app_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,17 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one line per model; exit 1 when the file is invalid, 2 when unreadable."""
     try:
-        doc = yaml.safe_load(args.config.read_text())
-        apps = [a for a in doc["applications"] if a.get("name") == "ascend-router"]
-        if not apps:
-            print(f"{args.config}: no application named 'ascend-router'", file=sys.stderr)
-            return 1
-        config = RouterAppConfig.model_validate(apps[0]["args"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        print(f"{args.config}: cannot read: {exc}", file=sys.stderr)
+        config = load_app_config(args.config)
+    except ConfigFileError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    except ValidationError as exc:
-        print(f"{args.config}: invalid:\n{exc}", file=sys.stderr)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 1
     for m in config.models:
         default = " (default)" if m.model_id == config.default else ""

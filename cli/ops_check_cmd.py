@@ -49,8 +49,8 @@ def register(subparsers: Any) -> None:
 def _shapes(args: argparse.Namespace, platform: Platform) -> OpShapes:
     import torch
 
+    from configs.serve_file import load_app_config, pick_model
     from npu_ops.ops.samples import OpShapes
-    from npu_ops.planning.config_file import load_app_config, pick_model
     from npu_ops.planning.memory_plan import plan_dtype
     from npu_ops.planning.model_facts import model_facts
 

@@ -58,7 +58,7 @@ def _row(plan: DeploymentPlan) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Plan every deployment of the config; returns the exit status."""
-    from npu_ops.planning.config_file import load_app_config
+    from configs.serve_file import load_app_config
     from npu_ops.planning.memory_plan import ACTIVATION_RESERVE_BYTES, gib, plan_deployment
     from npu_ops.planning.model_facts import model_facts
     from npu_ops.report_table import format_table

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from cli import plan_cmd
 from configs.model_config import ModelDeploymentConfig
-from npu_ops.planning.config_file import load_app_config, pick_model
+from configs.serve_file import load_app_config, pick_model
 from npu_ops.planning.memory_plan import ACTIVATION_RESERVE_BYTES, GiB, plan_deployment
 from npu_ops.planning.model_facts import model_facts
 

@@ -13,16 +13,20 @@ from configs.model_config import ModelDeploymentConfig, RouterAppConfig
 APP_IMPORT_PATH = "router.app:build_app"
 
 
+class ConfigFileError(ValueError):
+    """The file cannot be read, is not YAML, or holds no ascend-router application."""
+
+
 def _router_args(doc: Any, path: Path) -> Any:
     if isinstance(doc, dict) and "applications" in doc:
         apps = doc["applications"] or []
         for app in apps:
             if isinstance(app, dict) and app.get("import_path") == APP_IMPORT_PATH:
                 return app.get("args")
-        raise ValueError(f"{path}: no application with import_path {APP_IMPORT_PATH!r}")
+        raise ConfigFileError(f"{path}: no application with import_path {APP_IMPORT_PATH!r}")
     if isinstance(doc, dict) and "models" in doc:
         return doc
-    raise ValueError(f"{path}: neither a Serve config (applications: ...) nor router args")
+    raise ConfigFileError(f"{path}: neither a Serve config (applications: ...) nor router args")
 
 
 def load_app_config(path: str | Path) -> RouterAppConfig:
@@ -32,16 +36,16 @@ def load_app_config(path: str | Path) -> RouterAppConfig:
     like `configs/prod.yaml`) or the `args` mapping alone.
 
     Raises:
-        ValueError: the file cannot be read or parsed, has no ascend-router application, or
-            fails validation (the message names the file and the bad field).
+        ConfigFileError: the file cannot be read or parsed, or has no ascend-router application.
+        ValueError: the config fails validation (the message names the file and the bad field).
     """
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigFileError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not YAML: {exc}") from None
+        raise ConfigFileError(f"{path} is not YAML: {exc}") from None
     try:
         return RouterAppConfig.model_validate(_router_args(doc, path))
     except ValidationError as exc:
