@@ -63,6 +63,15 @@ class EngineConfig(BaseModel):
             "unmeasured on NPU."
         ),
     )
+    weight_quantization: Literal["none", "int4"] = Field(
+        "none",
+        description=(
+            "`int4`: weight-only int4 linears, 32 weights per scale/zero (GGUF Q4_1's block; "
+            "exact for Q4_1 GGUFs such as the SmolLM2 file), activations and output projection "
+            "in `dtype`; see engine/quantization/weight_int4.py. CPU runs torch's int4 kernel; "
+            "other devices a dequantising reference. Tensor parallel size 1 only."
+        ),
+    )
     num_threads: int | None = Field(
         None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."
     )

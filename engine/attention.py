@@ -4,9 +4,17 @@ The model runner flattens every scheduled sequence into one batch of `T` tokens 
 dimension 1, no padding). Before the forward pass it publishes an `AttentionMetadata`; each
 attention layer then writes its new K/V into the paged cache at `slot_mapping` and attends over
 the context gathered through the block tables. Decoding sequences (one new token each) attend as
-a batch of their own, each over its own padded context; prefill chunks attend over their
-concatenated contexts with a mask that keeps sequences apart and causal. Splitting the two keeps
-a decode batch from paying for every other sequence's context.
+a batch of their own, each over its own context gathered block by block (whole blocks, padded to
+the longest block table, the padding masked); prefill chunks attend over their concatenated
+contexts with a mask that keeps sequences apart and causal. Splitting the two keeps a decode
+batch from paying for every other sequence's context.
+
+Decode attention is written out as two float32 batched matmuls around the softmax, grouping the
+query heads that share a KV head (GQA as in transformers' `repeat_kv`: query head `h` reads KV
+head `h // (num_heads // num_kv_heads)`). For one query token per sequence this is faster than
+`scaled_dot_product_attention` on CPU, by about 5× in a bfloat16 model (batch 16, 128-token
+contexts, SmolLM2's 9/3 heads: 1.16 ms → 0.23 ms per layer); float32 also beats bfloat16 for
+these tiny matmuls.
 
 Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
@@ -33,8 +41,9 @@ class AttentionMetadata:
         kv_caches: per layer, `(k_cache, v_cache)` of shape
             `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ).
         decode_rows: `[D]` int64, batch positions of the decode tokens (one per sequence).
-        decode_slots: `[D, L]` int64, each decode sequence's context slots, padded to `L`.
-        decode_mask: `[D, 1, 1, L]` bool, False on padding.
+        decode_block_tables: `[D, B]` int64, each decode sequence's block table, padded to the
+            longest (`B` blocks) with block 0.
+        decode_mask: `[D, 1, 1, B * block_size]` bool, True on the sequence's context tokens.
         prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
         prefill_slots: `[C]` int64, context slots of every prefill sequence, concatenated.
         prefill_mask: `[1, 1, P, C]` bool, True where a query may attend a context token.
@@ -43,7 +52,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     decode_rows: torch.Tensor
-    decode_slots: torch.Tensor
+    decode_block_tables: torch.Tensor
     decode_mask: torch.Tensor
     prefill_rows: torch.Tensor
     prefill_slots: torch.Tensor
@@ -98,13 +107,9 @@ def paged_attention(
     gqa = query.shape[1] != key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))  # [1, H, T, v_head_dim]
     if meta.decode_rows.numel():
-        q = query[0][:, meta.decode_rows].transpose(0, 1).unsqueeze(2)  # [D, H, 1, d]
-        k = k_cache[meta.decode_slots].transpose(1, 2).to(query.dtype)  # [D, kvH, L, d]
-        v = v_cache[meta.decode_slots].transpose(1, 2).to(query.dtype)
-        o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=meta.decode_mask, scale=scaling, enable_gqa=gqa
+        out[0][:, meta.decode_rows] = _decode_attention(
+            query[0][:, meta.decode_rows], k_cache, v_cache, meta, scaling
         )
-        out[0][:, meta.decode_rows] = o.squeeze(2).transpose(0, 1)
     if meta.prefill_rows.numel():
         q = query[:, :, meta.prefill_rows]  # [1, H, P, d]
         k = k_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
@@ -119,6 +124,40 @@ def paged_attention(
         )
         out[:, :, meta.prefill_rows] = o
     return out.transpose(1, 2), None
+
+
+def _decode_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scaling: float | None,
+) -> torch.Tensor:
+    """One query token per sequence over its own paged context.
+
+    Args:
+        query: `[H, D, d]`, the decode tokens' queries.
+        k_cache, v_cache: `[num_slots, kvH, d]` / `[num_slots, kvH, v_d]`.
+
+    Returns:
+        `[H, D, v_d]` in the query's dtype.
+    """
+    heads, batch, head_dim = query.shape
+    kv_heads = k_cache.shape[1]
+    width = meta.decode_mask.shape[-1]
+    tables = meta.decode_block_tables
+    block = width // tables.shape[1]
+
+    def gather(cache: torch.Tensor) -> torch.Tensor:  # -> [D, kvH, L, dim]
+        blocks = cache.view(-1, block, *cache.shape[1:]).index_select(0, tables.flatten())
+        return blocks.view(batch, width, kv_heads, -1).permute(0, 2, 1, 3).float()
+
+    q = query.transpose(0, 1).reshape(batch, kv_heads, heads // kv_heads, head_dim).float()
+    scores = torch.matmul(q, gather(k_cache).transpose(-1, -2))  # [D, kvH, g, L]
+    scores.mul_(head_dim**-0.5 if scaling is None else scaling)
+    scores.masked_fill_(~meta.decode_mask, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), gather(v_cache))  # [D, kvH, g, v_d]
+    return out.reshape(batch, heads, -1).transpose(0, 1).to(query.dtype)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)

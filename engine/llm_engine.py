@@ -90,11 +90,13 @@ class LLMEngine:
         spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
         self.executor: Executor
         if tensor_parallel_size == 1:
-            model = load_model(ref, self.dtype, self.device)
+            model = load_model(ref, self.dtype, self.device, config.weight_quantization)
             self.executor = LocalExecutor(
                 model, spec, config.block_size, self.device, config.enforce_eager
             )
         else:
+            if config.weight_quantization != "none":
+                raise ValueError("weight_quantization runs with tensor_parallel_size 1 only")
             from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
 
             self.executor = RayExecutor(

@@ -28,6 +28,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from engine.attention import ATTENTION_NAME
 from engine.quantization import apply_quantization
+from engine.quantization.weight_int4 import quantize_linears_int4
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +182,16 @@ def _check_loading_info(ref: CheckpointRef, info: dict[str, Any]) -> None:
         )
 
 
-def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+def load_model(
+    ref: CheckpointRef,
+    dtype: torch.dtype,
+    device: torch.device,
+    weight_quantization: str = "none",
+) -> torch.nn.Module:
     """Instantiate the HF causal-LM class for the checkpoint with paged attention.
+
+    With `weight_quantization="int4"` the weights are loaded in float32, the linears quantised
+    (`engine.quantization.weight_int4`), and the rest cast to `dtype`.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
@@ -198,7 +207,7 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
         # `_check_loading_info`, which never lets a re-initialised tensor through.
         loaded = AutoModelForCausalLM.from_pretrained(
             ref.directory,
-            dtype=dtype,
+            dtype=torch.float32 if weight_quantization == "int4" else dtype,
             attn_implementation=ATTENTION_NAME,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
@@ -211,6 +220,10 @@ def load_model(ref: CheckpointRef, dtype: torch.dtype, device: torch.device) -> 
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
     apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
+    if weight_quantization == "int4":
+        replaced = quantize_linears_int4(model, device)
+        logger.info("int4 weight-only: %d linear layers quantised", replaced)
+        model.to(dtype=dtype)  # float32 so far; the int4 codes are not floating point
     model.to(device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("loaded %s: %.1fM parameters, %s", type(model).__name__, n_params / 1e6, dtype)

@@ -57,11 +57,11 @@ class ModelRunner:
         def slots(seq: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
             return tables[seq, pos // bs] * bs + pos % bs
 
-        # decode: one new token per sequence, each over its own (padded) context
+        # decode: one new token per sequence, each over its own whole blocks (padding masked)
         dec = seq_idx[q_lens == 1]
-        dec_len = ctx_lens[dec]
-        width = int(dec_len.max()) if len(dec) else 0
-        pos = torch.arange(width)[None, :].expand(len(dec), width)
+        dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
+        dec_tables = tables[dec, :dec_blocks]
+        pos = torch.arange(dec_tables.shape[1] * bs)[None, :]
         # prefill chunks: concatenated contexts, kept apart and causal by the mask
         pre = seq_idx[q_lens > 1]
         pre_rows = torch.nonzero(q_lens[q_seq] > 1).flatten()
@@ -76,8 +76,8 @@ class ModelRunner:
             slot_mapping=slots(q_seq, q_pos).to(dev),
             kv_caches=self.kv_caches,
             decode_rows=q_first[dec].to(dev),
-            decode_slots=slots(dec[:, None].expand(len(dec), width), pos).to(dev),
-            decode_mask=(pos < dec_len[:, None])[:, None, None, :].to(dev),
+            decode_block_tables=dec_tables.to(dev),
+            decode_mask=(pos < ctx_lens[dec][:, None])[:, None, None, :].to(dev),
             prefill_rows=pre_rows.to(dev),
             prefill_slots=slots(c_seq, c_pos).to(dev),
             prefill_mask=pre_mask[None, None].to(dev),

@@ -35,9 +35,17 @@ def _reference(model: torch.nn.Module, prompt: list[int]) -> list[int]:
     return _REFERENCE[key]
 
 
-@pytest.mark.parametrize("budget", [2048, 16], ids=["whole-prefill", "chunked-prefill"])
-def test_continuous_batch_matches_generate(make_engine, tokenizer, hf_model, budget: int) -> None:
-    engine = make_engine(max_num_batched_tokens=budget, block_size=16)
+@pytest.mark.parametrize(
+    ("budget", "weights"),
+    [(2048, "none"), (16, "none"), (16, "int4")],
+    ids=["whole-prefill", "chunked-prefill", "chunked-prefill-int4"],
+)
+def test_continuous_batch_matches_generate(
+    make_engine, tokenizer, hf_model, budget: int, weights: str
+) -> None:
+    # int4: the SmolLM2 GGUF is Q4_1, which int4 group-32 weights hold exactly (the codes are
+    # recovered from the dequantised weights), so transformers' fp32 model is the reference.
+    engine = make_engine(max_num_batched_tokens=budget, block_size=16, weight_quantization=weights)
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True

@@ -1,0 +1,158 @@
+"""Weight-only int4 linears: group-wise asymmetric 4-bit weights, activations left in float.
+
+Layout (gpt-fast / torchao "int4 weight-only", the layout of `torch._weight_int4pack_mm`):
+every run of `group_size` input weights of an output channel shares a scale `s` and a zero
+`z`, and `w = (q - 8) * s + z` for a 4-bit code `q` in 0..15. Quantising a group sets
+`s = (max - min) / 15` and `z = min + 8 * s`, so `min` maps to 0 and `max` to 15.
+
+That is GGUF's `Q4_1` block (ggml `dequantize_row_q4_1`: `w = q * d + m`, 32 weights per block)
+with `s = d` and `z = m + 8 * d`: llama.cpp's reference `Q4_1` quantiser also maps each block's
+min to code 0 and max to 15, so re-quantising the float weights that transformers dequantises
+from a `Q4_1` GGUF recovers the file's own codes. Serving the SmolLM2 GGUF this way reads the
+same 4 bits per weight that llama.cpp reads, instead of 16 or 32.
+
+On CPU the product is `torch._weight_int4pack_mm_for_cpu` (weights packed once by
+`torch._convert_weight_to_int4pack_for_cpu`); elsewhere the reference dequantises the codes per
+call, which is correct but saves no memory traffic (Ascend's `npu_weight_quant_batchmatmul` is
+the kernel to wire there).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GROUP_SIZE = 32
+"""Input weights per scale/zero pair (GGUF Q4_1's block size)."""
+_MAX_CODE = 15
+_MID_CODE = 8
+
+
+def quantize_int4(
+    weight: torch.Tensor, group_size: int = GROUP_SIZE
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group-wise asymmetric int4 quantisation of a linear weight.
+
+    Args:
+        weight: `[out, in]` float; `in` must be a multiple of `group_size`.
+        group_size: input weights per scale/zero pair.
+
+    Returns:
+        `(codes, scales, zeros)`: uint8 `[out, in]` in 0..15, and float32 `[in / group_size,
+        out]` each, with `weight ≈ (codes - 8) * scales + zeros` group by group.
+
+    Raises:
+        ValueError: `in` is not a multiple of `group_size`.
+    """
+    out_features, in_features = weight.shape
+    if in_features % group_size:
+        raise ValueError(f"int4: in_features {in_features} is not a multiple of {group_size}")
+    groups = weight.float().reshape(out_features, in_features // group_size, group_size)
+    low = groups.amin(dim=-1)
+    scales = (groups.amax(dim=-1) - low) / _MAX_CODE
+    safe = torch.where(scales > 0, scales, torch.ones_like(scales))
+    codes = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, _MAX_CODE)
+    zeros = low + _MID_CODE * scales
+    return (
+        codes.to(torch.uint8).reshape(out_features, in_features),
+        scales.t().contiguous(),
+        zeros.t().contiguous(),
+    )
+
+
+def dequantize_int4(
+    codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int = GROUP_SIZE
+) -> torch.Tensor:
+    """Inverse of `quantize_int4`: float `[out, in]` in the dtype of `scales`."""
+    out_features, in_features = codes.shape
+    q = codes.to(scales.dtype).reshape(out_features, in_features // group_size, group_size)
+    w = (q - _MID_CODE) * scales.t()[..., None] + zeros.t()[..., None]
+    return w.reshape(out_features, in_features)
+
+
+class Int4WeightLinear(nn.Module):
+    """`nn.Linear` with int4 group-wise weights (`quantize_int4`), float activations.
+
+    Args:
+        linear: the float layer to replace; its weight is quantised, its bias kept.
+        group_size: input weights per scale/zero pair.
+        cpu_kernel: pack for, and compute with, torch's CPU int4 kernel (the layer must then
+            stay on CPU); False keeps plain codes for the dequantising reference.
+
+    Raises:
+        ValueError: `in_features` is not a multiple of `group_size`.
+    """
+
+    def __init__(
+        self, linear: nn.Linear, group_size: int = GROUP_SIZE, cpu_kernel: bool = True
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.group_size = group_size
+        codes, scales, zeros = quantize_int4(linear.weight.detach(), group_size)
+        dtype = linear.weight.dtype
+        self.cpu_kernel = cpu_kernel
+        packed = (
+            torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+            if cpu_kernel
+            else codes
+        )
+        self.register_buffer("packed", packed)
+        # [in / group, out, 2]: scale and zero, in the activation dtype (the kernel's contract)
+        self.register_buffer("scales_and_zeros", torch.stack([scales, zeros], -1).to(dtype))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`[..., in]` -> `[..., out]` in `x.dtype` (the dtype of `scales_and_zeros`)."""
+        flat = x.reshape(-1, self.in_features)
+        if self.cpu_kernel:
+            out = torch._weight_int4pack_mm_for_cpu(
+                flat.contiguous(), self.packed, self.group_size, self.scales_and_zeros
+            )
+        else:
+            scales, zeros = self.scales_and_zeros.unbind(-1)
+            out = flat @ dequantize_int4(self.packed, scales, zeros, self.group_size).t()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int4 g{self.group_size}"
+        )
+
+
+def quantize_linears_int4(
+    model: nn.Module, device: torch.device, group_size: int = GROUP_SIZE
+) -> int:
+    """Replace every `nn.Linear` but the output projection with an `Int4WeightLinear`.
+
+    Args:
+        model: the loaded float32 model, still on the host.
+        device: where the model will run (selects the CPU kernel's packing or the reference).
+        group_size: input weights per scale/zero pair.
+
+    The output projection (often tied to the input embedding) stays in float. Call it on the
+    float32 model before casting it to the serving dtype, so that codes come from exact weights.
+
+    Returns:
+        The number of layers replaced.
+
+    Raises:
+        ValueError: a layer's `in_features` is not a multiple of `group_size`.
+    """
+    head = model.get_output_embeddings()
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and module is not head
+    ]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        setattr(
+            model.get_submodule(parent_name),
+            child,
+            Int4WeightLinear(module, group_size, device.type == "cpu"),
+        )
+    return len(targets)

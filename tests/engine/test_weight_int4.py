@@ -1,0 +1,75 @@
+"""Weight-only int4 linears: quantisation arithmetic, the CPU kernel against the reference,
+exactness on the Q4_1 SmolLM2 GGUF, and the configuration limits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from configs.engine_config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.model_loader import CheckpointRef, load_model
+from engine.quantization.weight_int4 import (
+    Int4WeightLinear,
+    dequantize_int4,
+    quantize_int4,
+    quantize_linears_int4,
+)
+
+
+def test_quantize_round_trip_is_within_half_a_step() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(48, 96) * 0.05
+    codes, scales, zeros = quantize_int4(w)
+    assert codes.dtype == torch.uint8 and codes.shape == (48, 96)
+    assert int(codes.min()) == 0 and int(codes.max()) == 15  # every group spans 0..15
+    assert scales.shape == zeros.shape == (3, 48)
+    err = (dequantize_int4(codes, scales, zeros) - w).abs().reshape(48, 3, 32)
+    assert bool((err <= scales.t()[..., None] / 2 + 1e-7).all())
+
+
+def test_quantize_rejects_a_width_that_is_not_whole_groups() -> None:
+    with pytest.raises(ValueError, match="in_features 40 is not a multiple of 32"):
+        quantize_int4(torch.randn(8, 40))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cpu_kernel", [True, False], ids=["cpu-kernel", "reference"])
+def test_linear_matches_the_dequantised_product(dtype: torch.dtype, cpu_kernel: bool) -> None:
+    torch.manual_seed(1)
+    linear = nn.Linear(64, 96, bias=True)
+    layer = Int4WeightLinear(linear, cpu_kernel=cpu_kernel).to(dtype)
+    codes, scales, zeros = quantize_int4(linear.weight.detach())
+    x = torch.randn(2, 5, 64)
+    expect = x @ dequantize_int4(codes, scales, zeros).t() + linear.bias.detach()
+    out = layer(x.to(dtype))
+    assert out.shape == (2, 5, 96) and out.dtype == dtype
+    tol = 1e-4 if dtype == torch.float32 else 0.06
+    torch.testing.assert_close(out.float(), expect, atol=tol, rtol=tol)
+
+
+def test_q4_1_gguf_weights_are_held_exactly(smollm2_path: str) -> None:
+    """Re-quantising the dequantised Q4_1 weights gives back the same weights (same codes)."""
+    model = load_model(CheckpointRef.from_path(smollm2_path), torch.float32, torch.device("cpu"))
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        w = getattr(model.model.layers[3].self_attn, name).weight.detach()
+        back = dequantize_int4(*quantize_int4(w))
+        torch.testing.assert_close(back, w, atol=1e-6, rtol=0)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        w = getattr(model.model.layers[7].mlp, name).weight.detach()
+        torch.testing.assert_close(dequantize_int4(*quantize_int4(w)), w, atol=1e-6, rtol=0)
+
+
+def test_only_the_decoder_linears_are_quantised(smollm2_path: str) -> None:
+    model = load_model(CheckpointRef.from_path(smollm2_path), torch.float32, torch.device("cpu"))
+    replaced = quantize_linears_int4(model, torch.device("cpu"))
+    layers = len(model.model.layers)
+    assert replaced == 7 * layers  # q, k, v, o, gate, up, down
+    assert isinstance(model.get_output_embeddings(), nn.Linear)  # tied to the embedding
+
+
+def test_int4_with_tensor_parallel_is_refused_up_front(smollm2_path: str) -> None:
+    config = EngineConfig(weight_quantization="int4", num_kv_blocks=8, max_model_len=64)
+    with pytest.raises(ValueError, match="tensor_parallel_size 1 only"):
+        LLMEngine(smollm2_path, config, tensor_parallel_size=2)
