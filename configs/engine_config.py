@@ -68,8 +68,9 @@ class EngineConfig(BaseModel):
         description=(
             "`int4`: weight-only int4 linears, 32 weights per scale/zero (GGUF Q4_1's block; "
             "exact for Q4_1 GGUFs such as the SmolLM2 file), activations and output projection "
-            "in `dtype`; see engine/quantization/weight_int4.py. CPU runs torch's int4 kernel; "
-            "other devices a dequantising reference. Tensor parallel size 1 only."
+            "in `dtype`; see engine/quantization/weight_int4.py. CPU runs torch's int4 kernel for "
+            "decode batches of up to 16 tokens and keeps a dense copy for prefill (speed, not "
+            "memory); other devices a dequantising reference. Tensor parallel size 1 only."
         ),
     )
     num_threads: int | None = Field(

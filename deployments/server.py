@@ -73,7 +73,7 @@ class ModelServer:
         self.tokenizer = load_tokenizer(checkpoint)
         self.metrics = EngineMetrics(self.config.model_id)
         self.engine = AsyncEngine(
-            LLMEngine(
+            lambda: LLMEngine(
                 checkpoint,
                 self.config.engine,
                 self.config.tensor_parallel_size,

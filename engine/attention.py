@@ -9,12 +9,14 @@ the longest block table, the padding masked); prefill chunks attend over their c
 contexts with a mask that keeps sequences apart and causal. Splitting the two keeps a decode
 batch from paying for every other sequence's context.
 
-Decode attention is written out as two float32 batched matmuls around the softmax, grouping the
+Decode attention is written out as two batched matmuls around a float32 softmax, grouping the
 query heads that share a KV head (GQA as in transformers' `repeat_kv`: query head `h` reads KV
-head `h // (num_heads // num_kv_heads)`). For one query token per sequence this is faster than
-`scaled_dot_product_attention` on CPU, by about 5× in a bfloat16 model (batch 16, 128-token
-contexts, SmolLM2's 9/3 heads: 1.16 ms → 0.23 ms per layer); float32 also beats bfloat16 for
-these tiny matmuls.
+head `h // (num_heads // num_kv_heads)`), over K/V gathered into contiguous `[D, kvH, L, d]`.
+For one query token per sequence this beats `scaled_dot_product_attention` on CPU (bfloat16,
+batch 16, 192-token contexts, SmolLM2's 9/3 heads: 1.9 ms → 0.46 ms per layer). The matmuls run
+in float32 for batches of up to `_FLOAT32_DECODE_MAX_BATCH` sequences and in the model dtype
+above (per layer, batch 1 × 192 tokens: 0.10 ms float32 against 0.16 ms bfloat16; batch 32:
+1.44 ms against 0.81 ms).
 
 Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 ATTENTION_NAME = "ascend_paged"
+_FLOAT32_DECODE_MAX_BATCH = 4
 
 
 @dataclass(frozen=True)
@@ -148,15 +151,19 @@ def _decode_attention(
     tables = meta.decode_block_tables
     block = width // tables.shape[1]
 
-    def gather(cache: torch.Tensor) -> torch.Tensor:  # -> [D, kvH, L, dim]
-        blocks = cache.view(-1, block, *cache.shape[1:]).index_select(0, tables.flatten())
-        return blocks.view(batch, width, kv_heads, -1).permute(0, 2, 1, 3).float()
+    dtype = torch.float32 if batch <= _FLOAT32_DECODE_MAX_BATCH else query.dtype
 
-    q = query.transpose(0, 1).reshape(batch, kv_heads, heads // kv_heads, head_dim).float()
-    scores = torch.matmul(q, gather(k_cache).transpose(-1, -2))  # [D, kvH, g, L]
+    def gather(cache: torch.Tensor) -> torch.Tensor:  # -> contiguous [D, kvH, L, dim]
+        blocks = cache.view(-1, block, *cache.shape[1:]).index_select(0, tables.flatten())
+        ctx = blocks.view(batch, width, kv_heads, -1).permute(0, 2, 1, 3)
+        return ctx.to(dtype, memory_format=torch.contiguous_format)
+
+    q = query.transpose(0, 1).reshape(batch, kv_heads, heads // kv_heads, head_dim).to(dtype)
+    scores = torch.matmul(q, gather(k_cache).transpose(-1, -2)).float()  # [D, kvH, g, L]
     scores.mul_(head_dim**-0.5 if scaling is None else scaling)
     scores.masked_fill_(~meta.decode_mask, float("-inf"))
-    out = torch.matmul(torch.softmax(scores, dim=-1), gather(v_cache))  # [D, kvH, g, v_d]
+    probs = torch.softmax(scores, dim=-1).to(dtype)
+    out = torch.matmul(probs, gather(v_cache))  # [D, kvH, g, v_d]
     return out.reshape(batch, heads, -1).transpose(0, 1).to(query.dtype)
 
 

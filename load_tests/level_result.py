@@ -32,6 +32,8 @@ class LevelResult:
         ttft_ms, tpot_ms, itl_ms, e2e_ms: distributions in milliseconds (TPOT in ms/token).
         first_ttft_ms: shared-prefix scenario only: TTFT of the first (cold) request.
         rest_ttft_p50_ms: shared-prefix scenario only: median TTFT of the later requests.
+        server_after: the server's `vllm:*` figures for the model once the level ended (KV
+            usage %, requests running/waiting, preemptions so far), when it serves them.
     """
 
     concurrency: int
@@ -50,6 +52,7 @@ class LevelResult:
     e2e_ms: Summary
     first_ttft_ms: float | None = None
     rest_ttft_p50_ms: float | None = None
+    server_after: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (see `results.LEVEL_KEYS`)."""
@@ -68,6 +71,7 @@ def summarize_level(
     records: Sequence[RequestRecord],
     prefix_first: RequestRecord | None = None,
     prefix_rest: Sequence[RequestRecord] = (),
+    server_after: dict[str, float] | None = None,
 ) -> LevelResult:
     """Reduce the records of one level to a `LevelResult`.
 
@@ -76,6 +80,7 @@ def summarize_level(
         records: every request of the level, failed ones included.
         prefix_first: the cold first request of a shared-prefix level.
         prefix_rest: the later requests of a shared-prefix level.
+        server_after: see `LevelResult.server_after`.
     """
     ok = [r for r in records if r.ok]
     timed = [r for r in records if r.end > r.start]
@@ -105,5 +110,6 @@ def summarize_level(
         itl_ms=summarize(_ms(itl)),
         e2e_ms=summarize(_ms([r.e2e for r in ok])),
         first_ttft_ms=first_ttft,
+        server_after=server_after,
         rest_ttft_p50_ms=rest_p50,
     )

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-like", action="store_true", help="chat-like log-normal lengths")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--weight-quantization",
+        default="none",
+        choices=["none", "int4"],
+        help="our engine's weights (transformers CB always runs the dense dtype); default none",
+    )
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--max-num-batched-tokens", type=int, default=1024)
     p.add_argument("--kv-cache-bytes", type=int, default=512 << 20)
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = build_prompts(spec, default_tokenizer(checkpoint))
     config = EngineConfig(
         dtype=args.dtype,
+        weight_quantization=args.weight_quantization,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_cache_memory_bytes=args.kv_cache_bytes,
@@ -130,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "output_tokens_requested": sum(p.output_len for p in prompts),
         "checkpoint": checkpoint,
         "dtype": args.dtype,
+        "weight_quantization": args.weight_quantization,
         "torch_threads": torch.get_num_threads(),
     }
     doc = new_document(

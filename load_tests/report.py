@@ -63,6 +63,9 @@ def levels_table(label: str, levels: Sequence[dict[str, Any]]) -> str:
                 f"      shared prefix: first TTFT {_fmt(lv['first_ttft_ms'])} ms, "
                 f"later TTFT p50 {_fmt(lv['rest_ttft_p50_ms'])} ms"
             )
+        if lv.get("server_after"):
+            after = ", ".join(f"{k} {v:g}" for k, v in sorted(lv["server_after"].items()))
+            rows.append(f"      server after the level: {after}")
         if lv["error_samples"]:
             rows.append(f"      errors: {lv['error_samples']}")
     return "\n".join(rows)

@@ -11,6 +11,7 @@ from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.model_loader import CheckpointRef, load_model
 from engine.quantization.weight_int4 import (
+    CPU_INT4_MAX_ROWS,
     Int4WeightLinear,
     dequantize_int4,
     quantize_int4,
@@ -35,16 +36,22 @@ def test_quantize_rejects_a_width_that_is_not_whole_groups() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cpu_kernel", [True, False], ids=["cpu-kernel", "reference"])
-def test_linear_matches_the_dequantised_product(dtype: torch.dtype, cpu_kernel: bool) -> None:
+@pytest.mark.parametrize(
+    ("cpu_kernel", "rows"),
+    [(True, 3), (True, CPU_INT4_MAX_ROWS + 1), (False, 3)],
+    ids=["cpu-int4-kernel", "cpu-dense-copy", "reference"],
+)
+def test_linear_matches_the_dequantised_product(
+    dtype: torch.dtype, cpu_kernel: bool, rows: int
+) -> None:
     torch.manual_seed(1)
     linear = nn.Linear(64, 96, bias=True)
     layer = Int4WeightLinear(linear, cpu_kernel=cpu_kernel).to(dtype)
     codes, scales, zeros = quantize_int4(linear.weight.detach())
-    x = torch.randn(2, 5, 64)
+    x = torch.randn(2, rows, 64)
     expect = x @ dequantize_int4(codes, scales, zeros).t() + linear.bias.detach()
     out = layer(x.to(dtype))
-    assert out.shape == (2, 5, 96) and out.dtype == dtype
+    assert out.shape == (2, rows, 96) and out.dtype == dtype
     tol = 1e-4 if dtype == torch.float32 else 0.06
     torch.testing.assert_close(out.float(), expect, atol=tol, rtol=tol)
 

@@ -52,3 +52,29 @@ def test_requests_past_the_deadline_count_as_timeouts() -> None:
     records = send(handler, n=4, concurrency=4, budget_s=0.2)
     assert time.perf_counter() - start < 5
     assert [r.error for r in records] == ["timeout"] * 4
+
+
+def test_server_snapshot_is_none_without_vllm_metrics() -> None:
+    from load_tests.server_metrics import metrics_url, snapshot
+
+    assert metrics_url("http://127.0.0.1:8090/v1") == "http://127.0.0.1:8090/metrics"
+
+    async def go(status: int, text: str) -> dict[str, float] | None:
+        def handler(request: httpx.Request) -> httpx.Response:
+            assert request.url.path == "/metrics"
+            return httpx.Response(status, text=text)
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await snapshot(client, TARGET.base_url, TARGET.model)
+
+    assert asyncio.run(go(404, "")) is None  # e.g. llama-server without --metrics
+    other = 'llamacpp:requests_processing 0\nvllm:num_requests_running{model_name="x"} 1\n'
+    assert asyncio.run(go(200, other)) is None  # nothing for this model
+    mine = (
+        "# TYPE vllm:num_preemptions counter\n"
+        'vllm:num_preemptions_total{model_name="m"} 3\n'
+        'vllm:num_preemptions_created{model_name="m"} 1.7e9\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.0\n'
+    )
+    assert asyncio.run(go(200, mine)) == {"num_preemptions_total": 3.0, "kv_cache_usage_perc": 0.0}
