@@ -3,11 +3,12 @@
 The model runner flattens every scheduled sequence into one batch of `T` tokens (batch
 dimension 1, no padding). Before the forward pass it publishes an `AttentionMetadata`; each
 attention layer then writes its new K/V into the paged cache at `slot_mapping` and attends over
-the context gathered through the block tables. Decoding sequences (one new token each) attend as
-a batch of their own, each over its own context gathered block by block (whole blocks, padded to
-the longest block table, the padding masked); prefill chunks attend over their concatenated
-contexts with a mask that keeps sequences apart and causal. Splitting the two keeps a decode
-batch from paying for every other sequence's context.
+the context gathered through the block tables. Decoding sequences (one new token each) and
+prefill chunks each attend as a padded batch of their own: every sequence over its own context,
+gathered block by block (whole blocks, padded to the longest block table, the padding masked),
+prefill queries padded to the longest chunk and masked causally. Nobody pays for another
+sequence's context: attending eight 128-token prompts as one masked 1024-token batch spent
+0.51 s of a 1.2 s SmolLM2 prefill step in attention.
 
 Decode attention is written out as two batched matmuls around a float32 softmax, grouping the
 query heads that share a KV head (GQA as in transformers' `repeat_kv`: query head `h` reads KV
@@ -48,8 +49,11 @@ class AttentionMetadata:
             longest (`B` blocks) with block 0.
         decode_mask: `[D, 1, 1, B * block_size]` bool, True on the sequence's context tokens.
         prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
-        prefill_slots: `[C]` int64, context slots of every prefill sequence, concatenated.
-        prefill_mask: `[1, 1, P, C]` bool, True where a query may attend a context token.
+        prefill_pad_index: `[P]` int64, where each of them sits in the padded `[S * Q]` query
+            batch (`S` prefill sequences, `Q` tokens of the longest chunk).
+        prefill_block_tables: `[S, B']` int64, the prefill sequences' block tables, padded.
+        prefill_mask: `[S, 1, Q, B' * block_size]` bool, True where a query may attend a
+            context token (causal, own context only; padded query rows see token 0 only).
     """
 
     slot_mapping: torch.Tensor
@@ -58,7 +62,8 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor
     decode_mask: torch.Tensor
     prefill_rows: torch.Tensor
-    prefill_slots: torch.Tensor
+    prefill_pad_index: torch.Tensor
+    prefill_block_tables: torch.Tensor
     prefill_mask: torch.Tensor
 
 
@@ -114,19 +119,58 @@ def paged_attention(
             query[0][:, meta.decode_rows], k_cache, v_cache, meta, scaling
         )
     if meta.prefill_rows.numel():
-        q = query[:, :, meta.prefill_rows]  # [1, H, P, d]
-        k = k_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
-        v = v_cache.index_select(0, meta.prefill_slots).transpose(0, 1).unsqueeze(0)
-        o = F.scaled_dot_product_attention(
-            q,
-            k.to(query.dtype),
-            v.to(query.dtype),
-            attn_mask=meta.prefill_mask,
-            scale=scaling,
-            enable_gqa=gqa,
+        out[0][:, meta.prefill_rows] = _prefill_attention(
+            query[0][:, meta.prefill_rows], k_cache, v_cache, meta, scaling, gqa
         )
-        out[:, :, meta.prefill_rows] = o
     return out.transpose(1, 2), None
+
+
+def _gather_context(
+    cache: torch.Tensor, tables: torch.Tensor, width: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Each sequence's context, block by block.
+
+    Args:
+        cache: `[num_slots, kvH, dim]`.
+        tables: `[S, B]` block tables; `width` = `B * block_size`.
+
+    Returns:
+        Contiguous `[S, kvH, width, dim]` in `dtype`.
+    """
+    seqs, blocks = tables.shape
+    picked = cache.view(-1, width // blocks, *cache.shape[1:]).index_select(0, tables.flatten())
+    ctx = picked.view(seqs, width, cache.shape[1], -1).permute(0, 2, 1, 3)
+    return ctx.to(dtype, memory_format=torch.contiguous_format)
+
+
+def _prefill_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scaling: float | None,
+    gqa: bool,
+) -> torch.Tensor:
+    """Prefill chunks, each causal over its own paged context, as one padded SDPA batch.
+
+    Args:
+        query: `[H, P, d]`, the prefill tokens' queries (`P` tokens of `S` sequences).
+
+    Returns:
+        `[H, P, v_d]` in the query's dtype.
+    """
+    heads, _, head_dim = query.shape
+    seqs, _, q_max, width = meta.prefill_mask.shape
+    padded = query.new_zeros(seqs * q_max, heads, head_dim)
+    padded[meta.prefill_pad_index] = query.transpose(0, 1)
+    q = padded.view(seqs, q_max, heads, head_dim).transpose(1, 2)  # [S, H, Q, d]
+    k = _gather_context(k_cache, meta.prefill_block_tables, width, query.dtype)
+    v = _gather_context(v_cache, meta.prefill_block_tables, width, query.dtype)
+    o = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=meta.prefill_mask, scale=scaling, enable_gqa=gqa
+    )  # [S, H, Q, v_d]
+    o = o.transpose(1, 2).reshape(seqs * q_max, heads, -1)[meta.prefill_pad_index]
+    return o.transpose(0, 1)
 
 
 def _decode_attention(
@@ -148,15 +192,11 @@ def _decode_attention(
     heads, batch, head_dim = query.shape
     kv_heads = k_cache.shape[1]
     width = meta.decode_mask.shape[-1]
-    tables = meta.decode_block_tables
-    block = width // tables.shape[1]
 
     dtype = torch.float32 if batch <= _FLOAT32_DECODE_MAX_BATCH else query.dtype
 
-    def gather(cache: torch.Tensor) -> torch.Tensor:  # -> contiguous [D, kvH, L, dim]
-        blocks = cache.view(-1, block, *cache.shape[1:]).index_select(0, tables.flatten())
-        ctx = blocks.view(batch, width, kv_heads, -1).permute(0, 2, 1, 3)
-        return ctx.to(dtype, memory_format=torch.contiguous_format)
+    def gather(cache: torch.Tensor) -> torch.Tensor:
+        return _gather_context(cache, meta.decode_block_tables, width, dtype)
 
     q = query.transpose(0, 1).reshape(batch, kv_heads, heads // kv_heads, head_dim).to(dtype)
     scores = torch.matmul(q, gather(k_cache).transpose(-1, -2)).float()  # [D, kvH, g, L]

@@ -62,15 +62,19 @@ class ModelRunner:
         dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
         dec_tables = tables[dec, :dec_blocks]
         pos = torch.arange(dec_tables.shape[1] * bs)[None, :]
-        # prefill chunks: concatenated contexts, kept apart and causal by the mask
+        # prefill chunks: a padded batch of chunks, each causal over its own whole blocks
         pre = seq_idx[q_lens > 1]
         pre_rows = torch.nonzero(q_lens[q_seq] > 1).flatten()
-        c_seq = torch.repeat_interleave(pre, ctx_lens[pre])
-        c_first = torch.cumsum(ctx_lens[pre], 0) - ctx_lens[pre]
-        c_pos = torch.arange(len(c_seq)) - torch.repeat_interleave(c_first, ctx_lens[pre])
-        pre_mask = (q_seq[pre_rows][:, None] == c_seq[None, :]) & (
-            c_pos[None, :] <= q_pos[pre_rows][:, None]
-        )
+        q_max = int(q_lens[pre].max()) if len(pre) else 0
+        slot_in_pre = torch.zeros(len(q_lens), dtype=torch.long)
+        slot_in_pre[pre] = torch.arange(len(pre))
+        row_seq = q_seq[pre_rows]
+        pad_index = slot_in_pre[row_seq] * q_max + q_pos[pre_rows] - starts[row_seq]
+        pre_blocks = int((ctx_lens[pre].max() + bs - 1) // bs) if len(pre) else 0
+        key = torch.arange(pre_blocks * bs)[None, None, :]
+        qi = torch.arange(q_max)[None, :, None]
+        real = qi < q_lens[pre][:, None, None]
+        pre_mask = (real & (key <= starts[pre][:, None, None] + qi)) | (~real & (key == 0))
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=slots(q_seq, q_pos).to(dev),
@@ -79,8 +83,9 @@ class ModelRunner:
             decode_block_tables=dec_tables.to(dev),
             decode_mask=(pos < ctx_lens[dec][:, None])[:, None, None, :].to(dev),
             prefill_rows=pre_rows.to(dev),
-            prefill_slots=slots(c_seq, c_pos).to(dev),
-            prefill_mask=pre_mask[None, None].to(dev),
+            prefill_pad_index=pad_index.to(dev),
+            prefill_block_tables=tables[pre, :pre_blocks].to(dev),
+            prefill_mask=pre_mask[:, None].to(dev),
         )
         return q_pos, meta
 
