@@ -59,7 +59,8 @@ class EngineConfig(BaseModel):
             "torch.compile of the decoder on CPU (needs a C++ compiler) and CUDA (Triton); "
             "torchair's GE graph on NPU (needs the `torchair` package, else start-up fails "
             "naming it). Off by default: for SmolLM2 on CPU it saved 10-15 % per decode step "
-            "but compiled for ~3 minutes before the first tokens (load_tests/graph_mode.py); "
+            "in float32 and 32 % at batch 1 in bfloat16 + int4, but ran batch 16 4x slower "
+            "and compiled for 2-3 minutes before the first tokens (load_tests/graph_mode.py); "
             "unmeasured on NPU."
         ),
     )
