@@ -68,7 +68,14 @@ class ModelShard:
         runner = ModelRunner(self.model, scratch, self.block_size, self.device)
         platform.reset_peak_memory()
         runner.execute(
-            StepInput([0] * num_tokens, [0], [num_tokens], [list(range(blocks))], [num_tokens - 1])
+            StepInput(
+                [0] * num_tokens,
+                [0],
+                [num_tokens],
+                [list(range(blocks))],
+                [num_tokens - 1],
+                [num_tokens],
+            )
         )
         platform.synchronize()
         peak = max(0, platform.peak_memory_allocated() - weights)

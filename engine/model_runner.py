@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionMetadata, attention_context
+from engine.attention import AttentionMetadata
+from engine.forward_context import ForwardContext, forward_context
 from engine.step_input import StepInput
 from npu_ops.graph_mode import compile_graph
 from npu_ops.platform import current_platform
@@ -41,8 +42,8 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
 
-    def _metadata(self, step: StepInput) -> tuple[torch.Tensor, AttentionMetadata]:
-        """Positions `[T]` and attention metadata, built with tensor ops (no per-token loops)."""
+    def _metadata(self, step: StepInput) -> tuple[torch.Tensor, ForwardContext]:
+        """Positions `[T]` and the forward context, built with tensor ops (no per-token loops)."""
         starts = torch.tensor(step.starts)
         q_lens = torch.tensor(step.q_lens)
         ctx_lens = starts + q_lens
@@ -87,7 +88,13 @@ class ModelRunner:
             prefill_block_tables=tables[pre, :pre_blocks].to(dev),
             prefill_mask=pre_mask[:, None].to(dev),
         )
-        return q_pos, meta
+        generated = q_pos >= torch.tensor(step.prompt_lens)[q_seq]
+        ctx = ForwardContext(
+            attention=meta,
+            prompt_rows=torch.nonzero(~generated).flatten().to(dev),
+            generated_rows=torch.nonzero(generated).flatten().to(dev),
+        )
+        return q_pos, ctx
 
     @torch.inference_mode()
     def execute(self, step: StepInput) -> torch.Tensor:
@@ -96,9 +103,9 @@ class ModelRunner:
         Returns:
             `[len(step.rows), vocab_size]` float32 logits on the model's device.
         """
-        q_pos, meta = self._metadata(step)
+        q_pos, ctx = self._metadata(step)
         input_ids = torch.tensor(step.token_ids, device=self.device)[None]
-        with attention_context(meta):
+        with forward_context(ctx):
             hidden = self.decoder(
                 input_ids=input_ids, position_ids=q_pos.to(self.device)[None], use_cache=False
             ).last_hidden_state

@@ -22,6 +22,8 @@ class StepInput:
         q_lens: per sequence, tokens in this step.
         block_tables: per sequence, its KV block ids.
         rows: indices into the flattened batch whose logits are needed.
+        prompt_lens: per sequence, its prompt length (tokens at positions past it were
+            generated; see `engine.forward_context`).
     """
 
     token_ids: list[int]
@@ -29,6 +31,7 @@ class StepInput:
     q_lens: list[int]
     block_tables: list[list[int]]
     rows: list[int]
+    prompt_lens: list[int]
 
     @classmethod
     def from_schedule(cls, batch: SchedulerOutput, rows: list[int]) -> StepInput:
@@ -43,4 +46,5 @@ class StepInput:
             q_lens=[s.num_new_tokens for s in batch.scheduled],
             block_tables=[list(s.seq.block_table) for s in batch.scheduled],
             rows=rows,
+            prompt_lens=[s.seq.num_prompt_tokens for s in batch.scheduled],
         )

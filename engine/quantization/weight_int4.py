@@ -11,14 +11,19 @@ min to code 0 and max to 15, so re-quantising the float weights that transformer
 from a `Q4_1` GGUF recovers the file's own codes. Serving the SmolLM2 GGUF this way reads the
 same 4 bits per weight that llama.cpp reads, instead of 16 or 32.
 
-On CPU the product is `torch._weight_int4pack_mm_for_cpu` (weights packed once by
-`torch._convert_weight_to_int4pack_for_cpu`) for decode-sized batches. That kernel streams 4-bit
-weights (SmolLM2, 30 layers, batch 1: 4.5 ms against 21 ms for bfloat16) but its cost grows with
-every row (≈11 µs per row for a 1536×576 weight), so past `CPU_INT4_MAX_ROWS` rows (prefill
-chunks) a dense copy of the dequantised weights in the serving dtype runs an ordinary GEMM
-(128 rows: 0.68 ms against 1.40 ms). On CPU the layer therefore holds both, trading host memory
-for speed. Elsewhere the reference dequantises the codes per call, which is correct but saves
-no memory traffic (Ascend's `npu_weight_quant_batchmatmul` is the kernel to wire there).
+On CPU, generated tokens (decode) go through `torch._weight_int4pack_mm_for_cpu` (weights
+packed once by `torch._convert_weight_to_int4pack_for_cpu`). That kernel streams 4-bit weights
+(SmolLM2, 30 layers, batch 1: 4.5 ms against 21 ms for bfloat16) but its cost grows with every
+row (≈11 µs per row for a 1536×576 weight), so prompt tokens (prefill) go through a dense copy
+of the dequantised weights in the serving dtype and an ordinary GEMM (128 rows: 0.68 ms against
+1.40 ms). On CPU the layer therefore holds both, trading host memory for speed. The split is by
+token kind, read from the step's `engine.forward_context`, not by batch size: both kernels give
+each row the same result whatever the other rows, so a token's output does not depend on its
+batch (a single row is sent to the GEMM as two, since torch's one-row GEMV sums in another
+order). A call outside an engine step, or on a subset of the step's tokens (MoE experts), uses
+the int4 kernel for every row. Elsewhere than CPU the reference dequantises the codes per call,
+which is correct but saves no memory traffic (Ascend's `npu_weight_quant_batchmatmul` is the
+kernel to wire there).
 """
 
 from __future__ import annotations
@@ -26,11 +31,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.forward_context import current_forward_context
+
 GROUP_SIZE = 32
 """Input weights per scale/zero pair (GGUF Q4_1's block size)."""
-CPU_INT4_MAX_ROWS = 16
-"""Rows (tokens) up to which the CPU int4 kernel beats the dense GEMM (measured on 2 cores with
-the weights out of cache: 30 SmolLM2 layers at 16 rows 22 ms int4 against 29 ms bfloat16)."""
 _MAX_CODE = 15
 _MID_CODE = 8
 
@@ -108,24 +112,44 @@ class Int4WeightLinear(nn.Module):
         # [in / group, out, 2]: scale and zero, in the activation dtype (the kernel's contract)
         self.register_buffer("scales_and_zeros", torch.stack([scales, zeros], -1).to(dtype))
         dense = dequantize_int4(codes, scales, zeros, group_size).to(dtype) if cpu_kernel else None
-        self.register_buffer("dense", dense)  # [out, in], for batches past CPU_INT4_MAX_ROWS
+        self.register_buffer("dense", dense)  # [out, in], for prompt tokens
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., in]` -> `[..., out]` in `x.dtype` (the dtype of `scales_and_zeros`)."""
         flat = x.reshape(-1, self.in_features)
-        if self.dense is not None and flat.shape[0] > CPU_INT4_MAX_ROWS:
-            out = flat @ self.dense.t()
-        elif self.cpu_kernel:
-            out = torch._weight_int4pack_mm_for_cpu(
-                flat.contiguous(), self.packed, self.group_size, self.scales_and_zeros
-            )
-        else:
-            scales, zeros = self.scales_and_zeros.unbind(-1)
-            out = flat @ dequantize_int4(self.packed, scales, zeros, self.group_size).t()
+        out = self._by_token_kind(flat) if self.cpu_kernel else self._reference(flat)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _by_token_kind(self, flat: torch.Tensor) -> torch.Tensor:
+        ctx = current_forward_context()
+        if ctx is None or flat.shape[0] != len(ctx.prompt_rows) + len(ctx.generated_rows):
+            return self._int4(flat)
+        if not len(ctx.generated_rows):
+            return self._dense(flat)
+        if not len(ctx.prompt_rows):
+            return self._int4(flat)
+        out = flat.new_empty(flat.shape[0], self.out_features)
+        out[ctx.prompt_rows] = self._dense(flat[ctx.prompt_rows])
+        out[ctx.generated_rows] = self._int4(flat[ctx.generated_rows])
+        return out
+
+    def _int4(self, flat: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int4pack_mm_for_cpu(
+            flat.contiguous(), self.packed, self.group_size, self.scales_and_zeros
+        )
+
+    def _dense(self, flat: torch.Tensor) -> torch.Tensor:
+        assert self.dense is not None
+        if flat.shape[0] == 1:  # keep the GEMM's summation order (see the module docstring)
+            return (torch.cat([flat, flat]) @ self.dense.t())[:1]
+        return flat @ self.dense.t()
+
+    def _reference(self, flat: torch.Tensor) -> torch.Tensor:
+        scales, zeros = self.scales_and_zeros.unbind(-1)
+        return flat @ dequantize_int4(self.packed, scales, zeros, self.group_size).t()
 
     def extra_repr(self) -> str:
         return (

@@ -65,7 +65,7 @@ def make_engine(path: Path) -> LLMEngine:
 def all_logits(engine: LLMEngine, tokens: list[int]) -> torch.Tensor:
     """`[len(tokens), vocab]` logits of one prefill through the engine's executor (fresh blocks)."""
     blocks = list(range(-(-len(tokens) // engine.config.block_size)))
-    step = StepInput(tokens, [0], [len(tokens)], [blocks], list(range(len(tokens))))
+    step = StepInput(tokens, [0], [len(tokens)], [blocks], list(range(len(tokens))), [len(tokens)])
     return engine.executor.execute(step)
 
 

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from configs.engine_config import EngineConfig
+from engine.forward_context import ForwardContext, forward_context
 from engine.llm_engine import LLMEngine
 from engine.model_loader import CheckpointRef, load_model
 from engine.quantization.weight_int4 import (
-    CPU_INT4_MAX_ROWS,
     Int4WeightLinear,
     dequantize_int4,
     quantize_int4,
@@ -35,25 +35,56 @@ def test_quantize_rejects_a_width_that_is_not_whole_groups() -> None:
         quantize_int4(torch.randn(8, 40))
 
 
+def _ctx(prompt_rows: list[int], generated_rows: list[int]) -> forward_context:
+    return forward_context(
+        ForwardContext(
+            attention=None,  # type: ignore[arg-type]  # linears read only the token kinds
+            prompt_rows=torch.tensor(prompt_rows, dtype=torch.long),
+            generated_rows=torch.tensor(generated_rows, dtype=torch.long),
+        )
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
-    ("cpu_kernel", "rows"),
-    [(True, 3), (True, CPU_INT4_MAX_ROWS + 1), (False, 3)],
-    ids=["cpu-int4-kernel", "cpu-dense-copy", "reference"],
+    ("cpu_kernel", "prompt_rows"),
+    [(True, None), (True, [0, 1, 2, 3, 4]), (True, [1, 3]), (False, None)],
+    ids=["int4-kernel", "dense-copy", "mixed", "reference"],
 )
 def test_linear_matches_the_dequantised_product(
-    dtype: torch.dtype, cpu_kernel: bool, rows: int
+    dtype: torch.dtype, cpu_kernel: bool, prompt_rows: list[int] | None
 ) -> None:
     torch.manual_seed(1)
     linear = nn.Linear(64, 96, bias=True)
     layer = Int4WeightLinear(linear, cpu_kernel=cpu_kernel).to(dtype)
     codes, scales, zeros = quantize_int4(linear.weight.detach())
-    x = torch.randn(2, rows, 64)
+    x = torch.randn(1, 5, 64)
     expect = x @ dequantize_int4(codes, scales, zeros).t() + linear.bias.detach()
-    out = layer(x.to(dtype))
-    assert out.shape == (2, rows, 96) and out.dtype == dtype
+    if prompt_rows is None:
+        out = layer(x.to(dtype))
+    else:
+        with _ctx(prompt_rows, [r for r in range(5) if r not in prompt_rows]):
+            out = layer(x.to(dtype))
+    assert out.shape == (1, 5, 96) and out.dtype == dtype
     tol = 1e-4 if dtype == torch.float32 else 0.06
     torch.testing.assert_close(out.float(), expect, atol=tol, rtol=tol)
+
+
+def test_a_rows_result_does_not_depend_on_its_batch() -> None:
+    """Each token's output is bit-identical alone and in any batch, per token kind."""
+    torch.manual_seed(2)
+    layer = Int4WeightLinear(nn.Linear(576, 1536, bias=False)).to(torch.bfloat16)
+    x = torch.randn(9, 576).bfloat16()
+    prompt, generated = [0, 1, 2, 3, 4, 5], [6, 7, 8]
+    with _ctx(prompt, generated):
+        batch = layer(x)
+    for row in range(9):
+        kinds = ([0], []) if row in prompt else ([], [0])
+        with _ctx(*kinds):
+            alone = layer(x[row : row + 1])
+        assert torch.equal(alone[0], batch[row]), row
+    with _ctx([0, 1, 2], []):  # a prompt chunk of three
+        assert torch.equal(layer(x[3:6]), batch[3:6])
 
 
 def test_q4_1_gguf_weights_are_held_exactly(smollm2_path: str) -> None:
