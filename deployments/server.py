@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from ray import serve
 
+from configs.envs import log_level
 from configs.model_config import ModelDeploymentConfig
 from deployments.chat import ChatHandler, ChatSettings
 from deployments.chat_template import ChatTemplate
@@ -68,6 +69,7 @@ class ModelServer:
     """
 
     def __init__(self, config: ModelDeploymentConfig | dict[str, Any]) -> None:
+        logging.basicConfig(level=log_level())  # start-up figures (KV budget) reach the log
         self.config = ModelDeploymentConfig.model_validate(config)
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
