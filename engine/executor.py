@@ -12,6 +12,7 @@ import torch
 
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.model_loader import weight_bytes
 from engine.model_runner import ModelRunner
 from engine.step_input import StepInput
 from npu_ops.platform import current_platform
@@ -62,7 +63,7 @@ class ModelShard:
     def profile(self, num_tokens: int) -> MemoryProfile:
         """Run one prefill of `num_tokens` tokens against a scratch cache and measure memory."""
         platform = current_platform()
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        weights = weight_bytes(self.model)
         blocks = -(-num_tokens // self.block_size)
         scratch = allocate_kv_caches(self.spec, blocks, self.block_size, self.device)
         runner = ModelRunner(self.model, scratch, self.block_size, self.device)

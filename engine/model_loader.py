@@ -225,9 +225,15 @@ def load_model(
         logger.info("int4 weight-only: %d linear layers quantised", replaced)
         model.to(dtype=dtype)  # float32 so far; the int4 codes are not floating point
     model.to(device).eval()
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info("loaded %s: %.1fM parameters, %s", type(model).__name__, n_params / 1e6, dtype)
+    n_bytes = weight_bytes(model)
+    logger.info("loaded %s: %.1f MiB of weights, %s", type(model).__name__, n_bytes / 2**20, dtype)
     return model
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters and buffers (quantised layers keep codes as buffers)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def eos_token_ids(ref: CheckpointRef, config: PretrainedConfig) -> tuple[int, ...]:

@@ -40,12 +40,14 @@ def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Re
     if prompt >= caps.context_length:
         return Rejection(
             features.input_field,
-            f"prompt of ~{prompt} tokens does not fit the {caps.context_length}-token context",
+            f"prompt of ~{prompt} tokens (estimated as characters / 4) does not fit the "
+            f"{caps.context_length}-token context",
         )
     if features.max_tokens is not None and prompt + features.max_tokens > caps.context_length:
         return Rejection(
             "max_tokens",
-            f"prompt of ~{prompt} tokens + max_tokens {features.max_tokens} exceeds the "
+            f"prompt of ~{prompt} tokens (estimated as characters / 4) + max_tokens "
+            f"{features.max_tokens} exceeds the "
             f"{caps.context_length}-token context",
         )
     if features.has_tools and not caps.supports_tools:
