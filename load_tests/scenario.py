@@ -16,7 +16,13 @@ from typing import Any, Literal
 from load_tests.client import Target
 from load_tests.level_result import LevelResult
 from load_tests.runner import RunOptions, run_level, run_prefix_level, warmup
-from load_tests.workload import Prompt, WorkloadSpec, build_prompts
+from load_tests.workload import (
+    Prompt,
+    WorkloadSpec,
+    add_workload_length_args,
+    build_prompts,
+    workload_spec_from_args,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,20 +98,7 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
         default=[1, 4, 16, 32],
         help="concurrency levels (default: 1 4 16 32)",
     )
-    g.add_argument("--num-requests", type=int, default=32, help="requests per level")
-    g.add_argument("--input-len", type=int, default=128, help="prompt tokens (mean)")
-    g.add_argument("--output-len", type=int, default=64, help="max_tokens, with ignore_eos")
-    g.add_argument(
-        "--range-ratio",
-        type=float,
-        default=0.0,
-        help="0: fixed lengths; r: uniform in [len*(1-r), len*(1+r)]",
-    )
-    g.add_argument(
-        "--dataset-like",
-        action="store_true",
-        help="chat-like log-normal prompt/output lengths around the means",
-    )
+    add_workload_length_args(g)
     g.add_argument(
         "--shared-prefix-tokens",
         type=int,
@@ -119,7 +112,6 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
         help="burst scenario: fire this many requests at once (preemption test)",
     )
     g.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    g.add_argument("--seed", type=int, default=0)
     g.add_argument(
         "--level-timeout",
         type=float,
@@ -151,15 +143,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         kind, concurrencies, num_requests = "burst", (args.burst,), args.burst
     elif args.shared_prefix_tokens:
         kind = "shared_prefix"
-    spec = WorkloadSpec(
-        num_requests=num_requests,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        range_ratio=args.range_ratio,
-        dataset_like=args.dataset_like,
-        shared_prefix_tokens=args.shared_prefix_tokens,
-        seed=args.seed,
-    )
+    spec = workload_spec_from_args(args, num_requests, args.shared_prefix_tokens)
     opts = RunOptions(
         endpoint=args.endpoint,
         level_timeout_s=args.level_timeout,

@@ -8,6 +8,7 @@ vLLM's benchmarks), so lengths are exact in token ids and within a few tokens as
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 from dataclasses import dataclass
@@ -97,6 +98,46 @@ def _lengths(spec: WorkloadSpec, rng: random.Random) -> list[tuple[int, int]]:
             i, o = spec.input_len, spec.output_len
         out.append((i, o))
     return out
+
+
+def add_workload_length_args(parser: argparse._ActionsContainer) -> None:
+    """The flags of a `WorkloadSpec`'s size, lengths and seed (online, compare and offline)."""
+    parser.add_argument(
+        "--num-requests", type=int, default=32, help="requests (online/compare: per level)"
+    )
+    parser.add_argument("--input-len", type=int, default=128, help="prompt tokens (mean)")
+    parser.add_argument("--output-len", type=int, default=64, help="max_tokens, with ignore_eos")
+    parser.add_argument(
+        "--range-ratio",
+        type=float,
+        default=0.0,
+        help="0: fixed lengths; r: uniform in [len*(1-r), len*(1+r)]",
+    )
+    parser.add_argument(
+        "--dataset-like",
+        action="store_true",
+        help="chat-like log-normal prompt/output lengths around the means",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def workload_spec_from_args(
+    args: argparse.Namespace, num_requests: int | None = None, shared_prefix_tokens: int = 0
+) -> WorkloadSpec:
+    """The spec of the flags added by `add_workload_length_args` (`num_requests` overrides).
+
+    Raises:
+        ValueError: see `WorkloadSpec`.
+    """
+    return WorkloadSpec(
+        num_requests=args.num_requests if num_requests is None else num_requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        range_ratio=args.range_ratio,
+        dataset_like=args.dataset_like,
+        shared_prefix_tokens=shared_prefix_tokens,
+        seed=args.seed,
+    )
 
 
 def _random_text(tokenizer: Any, n: int, rng: random.Random) -> tuple[list[int], str]:
