@@ -21,8 +21,13 @@ from pathlib import Path
 from load_tests.charts import plot_runs
 from load_tests.client import Target
 from load_tests.report import compare_ratios, levels_table, ratios_table
-from load_tests.results import RESULTS_DIR, new_document, write_result
-from load_tests.scenario import add_workload_args, run_scenario, scenario_from_args
+from load_tests.results import RESULTS_DIR, write_result
+from load_tests.scenario import (
+    add_workload_args,
+    run_scenario,
+    scenario_document,
+    scenario_from_args,
+)
 from load_tests.workload import default_tokenizer
 
 
@@ -51,24 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     scenario = scenario_from_args(args)
     tokenizer = default_tokenizer(args.tokenizer)
     results = asyncio.run(run_scenario([a, b], scenario, tokenizer))
-    runs = [
-        {
-            "label": t.label,
-            "base_url": t.base_url,
-            "model": t.model,
-            "levels": [lv.to_dict() for lv in levels],
-        }
-        for t, levels in zip((a, b), results)
-    ]
-    ratios = compare_ratios(runs[0]["levels"], runs[1]["levels"])
-    doc = new_document(
-        "compare",
-        scenario.spec.to_dict(),
-        scenario=scenario.kind,
-        options=scenario.options_dict(),
-        runs=runs,
-        ratios=ratios,
-    )
+    doc = scenario_document("compare", scenario, [a, b], results)
+    runs = doc["runs"]
+    ratios = doc["ratios"] = compare_ratios(runs[0]["levels"], runs[1]["levels"])
     for run in runs:
         print(levels_table(run["label"], run["levels"]))
     print(ratios_table(a.label, b.label, ratios))

@@ -18,8 +18,13 @@ from pathlib import Path
 from load_tests.charts import plot_runs
 from load_tests.client import Target, check_loopback
 from load_tests.report import levels_table
-from load_tests.results import RESULTS_DIR, new_document, write_result
-from load_tests.scenario import add_workload_args, run_scenario, scenario_from_args
+from load_tests.results import RESULTS_DIR, write_result
+from load_tests.scenario import (
+    add_workload_args,
+    run_scenario,
+    scenario_document,
+    scenario_from_args,
+)
 from load_tests.workload import default_tokenizer
 
 
@@ -46,21 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     target = Target(check_loopback(args.base_url), args.model, args.label or args.model)
     scenario = scenario_from_args(args)
     tokenizer = default_tokenizer(args.tokenizer)
-    (levels,) = asyncio.run(run_scenario([target], scenario, tokenizer))
-    level_dicts = [lv.to_dict() for lv in levels]
-    run = {
-        "label": target.label,
-        "base_url": target.base_url,
-        "model": target.model,
-        "levels": level_dicts,
-    }
-    doc = new_document(
-        "online",
-        scenario.spec.to_dict(),
-        scenario=scenario.kind,
-        options=scenario.options_dict(),
-        runs=[run],
-    )
+    results = asyncio.run(run_scenario([target], scenario, tokenizer))
+    doc = scenario_document("online", scenario, [target], results)
+    level_dicts = doc["runs"][0]["levels"]
     print(levels_table(target.label, level_dicts))
     path = write_result(doc, args.results_dir)
     png = plot_runs(doc, path.with_suffix(".png"))

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from load_tests.client import Target
 from load_tests.level_result import LevelResult
+from load_tests.results import new_document
 from load_tests.runner import RunOptions, run_level, run_prefix_level, warmup
 from load_tests.workload import (
     Prompt,
@@ -86,6 +87,33 @@ async def run_scenario(
             )
             results[t_index].append(level)
     return results
+
+
+def scenario_document(
+    kind: str,
+    scenario: Scenario,
+    targets: Sequence[Target],
+    results: Sequence[Sequence[LevelResult]],
+    **fields: Any,
+) -> dict[str, Any]:
+    """The result document of `run_scenario`: one `runs` entry per target, plus `fields`."""
+    runs = [
+        {
+            "label": t.label,
+            "base_url": t.base_url,
+            "model": t.model,
+            "levels": [lv.to_dict() for lv in levels],
+        }
+        for t, levels in zip(targets, results)
+    ]
+    return new_document(
+        kind,
+        scenario.spec.to_dict(),
+        scenario=scenario.kind,
+        options=scenario.options_dict(),
+        runs=runs,
+        **fields,
+    )
 
 
 def add_workload_args(parser: argparse.ArgumentParser) -> None:
