@@ -178,7 +178,7 @@ def _decode_attention(
     kv_heads = k_cache.shape[1]
     width = meta.decode_mask.shape[-1]
 
-    dtype = torch.float32
+    dtype = torch.float32  # for every batch size: see the module docstring
 
     def gather(cache: torch.Tensor) -> torch.Tensor:
         return _gather_context(cache, meta.decode_block_tables, width, dtype)

@@ -13,7 +13,6 @@ randomly initialised).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from engine.attention import ATTENTION_NAME
+from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.weight_int4 import quantize_linears_int4
 
@@ -81,20 +81,10 @@ class CheckpointRef:
             return self.directory / self.gguf_file
         index = self.directory / SAFETENSORS_INDEX
         if index.is_file():
-            shard = _read_json(index).get("weight_map", {}).get(tensor)
+            shard = read_json_object(index).get("weight_map", {}).get(tensor)
             if shard:
                 return self.directory / shard
         return self.directory / "model.safetensors"
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not readable JSON ({exc})") from exc
-    if isinstance(data, dict):
-        return data
-    raise ValueError(f"{path}: expected a JSON object")
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -106,7 +96,7 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 def _check_config_json(ref: CheckpointRef) -> None:
     """`model_type` is known to transformers and `architectures` name its causal-LM class."""
-    cfg = _read_json(ref.config_file)
+    cfg = read_json_object(ref.config_file)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ValueError(
@@ -144,7 +134,7 @@ def _check_shards(ref: CheckpointRef) -> None:
     index = ref.directory / SAFETENSORS_INDEX
     if ref.gguf_file is not None or not index.is_file():
         return
-    shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+    shards = sorted(set(read_json_object(index).get("weight_map", {}).values()))
     missing = [s for s in shards if not (ref.directory / s).is_file()]
     if missing:
         raise ValueError(

@@ -55,9 +55,6 @@ class ModelRunner:
         q_pos = starts[q_seq] + torch.arange(len(q_seq)) - q_first[q_seq]
         bs = self.block_size
 
-        def slots(seq: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            return tables[seq, pos // bs] * bs + pos % bs
-
         # decode: one new token per sequence, each over its own whole blocks (padding masked)
         dec = seq_idx[q_lens == 1]
         dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
@@ -78,7 +75,7 @@ class ModelRunner:
         pre_mask = (real & (key <= starts[pre][:, None, None] + qi)) | (~real & (key == 0))
         dev = self.device
         meta = AttentionMetadata(
-            slot_mapping=slots(q_seq, q_pos).to(dev),
+            slot_mapping=(tables[q_seq, q_pos // bs] * bs + q_pos % bs).to(dev),
             kv_caches=self.kv_caches,
             decode_rows=q_first[dec].to(dev),
             decode_block_tables=dec_tables.to(dev),

@@ -12,10 +12,11 @@ vllm_ascend/quantization/modelslim_config.py (`MODELSLIM_CONFIG_FILENAME`,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from engine.json_file import read_json_object
 
 QUANT_DESCRIPTION_FILE = "quant_model_description.json"
 """The description file ModelSlim writes next to the quantised weights."""
@@ -45,16 +46,6 @@ KV_CACHE_FIELDS = ("kv_quant_type", "kv_cache_type", "fa_quant_type")
 """Global fields that announce int8 KV-cache/attention scales, which this engine ignores."""
 
 
-def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not readable JSON ({exc})") from exc
-    if isinstance(data, dict):
-        return data
-    raise ValueError(f"{path}: expected a JSON object of tensor name -> quant type")
-
-
 @dataclass(frozen=True)
 class QuantDescription:
     """A parsed description file.
@@ -79,7 +70,7 @@ class QuantDescription:
             ValueError: (naming the file) not a JSON object, or a tensor entry whose type is
                 not a string.
         """
-        data = _json_object(path)
+        data = read_json_object(path, "a JSON object of tensor name -> quant type")
         types = {k: v for k, v in data.items() if k not in GLOBAL_FIELDS}
         bad = [k for k, v in types.items() if not isinstance(v, str)]
         if bad:
