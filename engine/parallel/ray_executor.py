@@ -8,7 +8,6 @@ engine (scheduler) sends every rank the same `StepInput`; rank 0 returns the log
 from __future__ import annotations
 
 import logging
-import socket
 
 import ray
 import torch
@@ -22,12 +21,6 @@ from engine.step_input import StepInput
 from npu_ops.platform import DeviceKind, current_platform
 
 logger = logging.getLogger(__name__)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rank_bundle(rank_num_cpus: float) -> dict[str, float]:
@@ -79,7 +72,6 @@ class RayExecutor:
                 f"could not place them within {placement_timeout_s:.0f}s (cluster resources: "
                 f"{ray.cluster_resources()}, available: {ray.available_resources()})"
             )
-        init = f"tcp://127.0.0.1:{_free_port()}"
         threads = max(1, int(rank_num_cpus)) if rank_num_cpus >= 1 else 1
         resources = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
         self.workers = [
@@ -90,22 +82,17 @@ class RayExecutor:
                 resources=resources,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, rank),
             )
-            .remote(
-                rank,
-                world,
-                init,
-                checkpoint,
-                spec,
-                block_size,
-                dtype,
-                expert_parallel,
-                threads,
-                enforce_eager,
-            )
+            .remote(rank, world, threads)
             for rank in range(world)
         ]
         try:
-            ray.get([w.__ray_ready__.remote() for w in self.workers], timeout=placement_timeout_s)
+            port = ray.get(self.workers[0].open_rendezvous.remote(), timeout=placement_timeout_s)
+            ray.get([w.join.remote(port) for w in self.workers], timeout=placement_timeout_s)
+            loads = [
+                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, enforce_eager)
+                for w in self.workers
+            ]
+            ray.get(loads, timeout=placement_timeout_s)
         except Exception:
             self.shutdown()
             raise

@@ -19,54 +19,87 @@ from npu_ops.platform import current_platform
 logger = logging.getLogger(__name__)
 
 
+_RENDEZVOUS_HOST = "127.0.0.1"  # the ranks share one node (STRICT_PACK placement group)
+_GROUP_TIMEOUT = timedelta(seconds=120)
+
+
 class RankWorker:
-    """Rank `rank` of `world`: joins the process group, loads and shards the model.
+    """Rank `rank` of `world` of a tensor/expert-parallel group; holds one model shard.
 
     Made a Ray actor with `ray.remote(RankWorker)` by the executor (decorating the class here
-    would make Ray pickle its methods by value instead of by reference).
+    would make Ray pickle its methods by value instead of by reference). Start-up is three
+    calls: rank 0's `open_rendezvous` binds the group's TCP store on a port the OS picks (no
+    pick-then-bind race with other processes), every rank's `join(port)`, then `load`.
 
     Args:
         rank: this rank.
         world: tensor parallel size.
-        init_method: `tcp://host:port` of the group's rendezvous.
-        checkpoint: checkpoint path.
-        spec: per-rank KV geometry.
-        block_size: tokens per block.
-        dtype: weights dtype.
-        expert_parallel: split MoE experts across ranks instead of each expert's width.
         num_threads: CPU intra-op threads for this rank.
-        enforce_eager: run the decoder op by op (False: graph mode).
     """
 
-    def __init__(
+    def __init__(self, rank: int, world: int, num_threads: int) -> None:
+        torch.set_num_threads(num_threads)
+        self.rank = rank
+        self.world = world
+        self._store: dist.TCPStore | None = None
+
+    def open_rendezvous(self) -> int:
+        """Rank 0 only: bind the group's TCP store on an OS-chosen port and return that port."""
+        self._store = dist.TCPStore(
+            _RENDEZVOUS_HOST,
+            0,
+            self.world,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=_GROUP_TIMEOUT,
+        )
+        return int(self._store.port)
+
+    def join(self, port: int) -> None:
+        """Join the process group through rank 0's store at `port`.
+
+        Raises:
+            torch.distributed.DistError: the group did not form within 120 s.
+        """
+        if self._store is None:
+            self._store = dist.TCPStore(
+                _RENDEZVOUS_HOST, port, self.world, is_master=False, timeout=_GROUP_TIMEOUT
+            )
+        dist.init_process_group(
+            current_platform().dist_backend,
+            store=self._store,
+            rank=self.rank,
+            world_size=self.world,
+            timeout=_GROUP_TIMEOUT,
+        )
+
+    def load(
         self,
-        rank: int,
-        world: int,
-        init_method: str,
         checkpoint: str,
         spec: KVCacheSpec,
         block_size: int,
         dtype: torch.dtype,
         expert_parallel: bool,
-        num_threads: int,
         enforce_eager: bool = True,
     ) -> None:
+        """Load the checkpoint and keep this rank's shard.
+
+        Args:
+            checkpoint: checkpoint path.
+            spec: per-rank KV geometry.
+            block_size: tokens per block.
+            dtype: weights dtype.
+            expert_parallel: split MoE experts across ranks instead of each expert's width.
+            enforce_eager: run the decoder op by op (False: graph mode).
+        """
         platform = current_platform()
-        torch.set_num_threads(num_threads)
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
-        dist.init_process_group(
-            platform.dist_backend,
-            init_method=init_method,
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=120),
-        )
-        ref = CheckpointRef.from_path(checkpoint)
-        model = load_model(ref, dtype, device)
-        shard_model(model, model.config, rank, world, expert_parallel)
+        model = load_model(CheckpointRef.from_path(checkpoint), dtype, device)
+        shard_model(model, model.config, self.rank, self.world, expert_parallel)
         self.shard = ModelShard(model, spec, block_size, device, enforce_eager)
-        self.rank = rank
-        logger.info("rank %d/%d ready on %s (%s)", rank, world, device, platform.dist_backend)
+        logger.info(
+            "rank %d/%d ready on %s (%s)", self.rank, self.world, device, platform.dist_backend
+        )
 
     def profile(self, num_tokens: int) -> MemoryProfile:
         """See `ModelShard.profile`."""
