@@ -70,10 +70,22 @@ class EngineConfig(BaseModel):
             "`int4`: weight-only int4 linears, 32 weights per scale/zero (GGUF Q4_1's block; "
             "exact for Q4_1 GGUFs such as the SmolLM2 file), activations and output projection "
             "in `dtype`; see engine/quantization/weight_int4.py. CPU runs torch's int4 kernel for "
-            "decode batches of up to 16 tokens and keeps a dense copy for prefill (speed, not "
-            "memory); other devices a dequantising reference. Tensor parallel size 1 only."
+            "generated (decode) tokens and keeps a dense copy for prompt (prefill) tokens "
+            "(speed, not memory); other devices a dequantising reference. Tensor parallel size 1 "
+            "only."
         ),
     )
     num_threads: int | None = Field(
         None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."
+    )
+    single_thread_max_tokens: int = Field(
+        0,
+        ge=0,
+        description=(
+            "CPU: a step of at most this many tokens (a small decode batch) runs on one "
+            "intra-op thread instead of `num_threads`, leaving the other cores to the processes "
+            "that share the host (HTTP proxy, router, detokenisation): when they preempt one of "
+            "two threads, every op of the step waits at the team's barrier. Outputs are the same "
+            "bits either way. 0: every step uses `num_threads`."
+        ),
     )

@@ -154,6 +154,13 @@ class RouterAppConfig(BaseModel):
         description="Seconds a model stays down after a failed call before it is probed, and "
         "between probes while they fail.",
     )
+    deployment_status_poll_s: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds between two reads of the model deployments' state from the Serve "
+        "controller (starting, serving, failed): a call to a starting model waits for it "
+        "instead of being probed, a failed one is skipped at once (`router.deployment_status`).",
+    )
     retry_after_s: int = Field(
         1, ge=1, description="`Retry-After` seconds of the 429 answered when all are saturated."
     )

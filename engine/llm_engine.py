@@ -74,9 +74,13 @@ class LLMEngine:
         expert_parallel: bool = False,
     ) -> None:
         platform = current_platform()
-        if platform.kind is DeviceKind.CPU:
-            # Ray sets OMP_NUM_THREADS to a replica's (fractional) CPU reservation, i.e. 1
-            torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
+        # CPU intra-op threads; Ray sets OMP_NUM_THREADS to a replica's (fractional) CPU
+        # reservation, i.e. 1, so the engine sets them itself
+        self._num_threads = (
+            (config.num_threads or os.cpu_count() or 1) if platform.kind is DeviceKind.CPU else 0
+        )
+        if self._num_threads:
+            torch.set_num_threads(self._num_threads)
         self.config = config
         ref = CheckpointRef.from_path(checkpoint)
         self.hf_config = load_config(ref)
@@ -241,7 +245,11 @@ class LLMEngine:
     @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         rows, prompt_spans = self._rows(batch)
-        logits = self.executor.execute(StepInput.from_schedule(batch, rows))
+        step = StepInput.from_schedule(batch, rows)
+        if self._num_threads:
+            small = len(step.token_ids) <= self.config.single_thread_max_tokens
+            torch.set_num_threads(1 if small else self._num_threads)
+        logits = self.executor.execute(step)
         n_prompt_rows = sum(n for _, _, n in prompt_spans)
         for s, first, n in prompt_spans:
             seq = s.seq

@@ -112,7 +112,7 @@ class Router:
     ) -> None:
         self.config = RouterAppConfig.model_validate(config)
         self.gateway = Gateway(self.config, handles)
-        self.gateway.pool.start()
+        await self.gateway.pool.start()
         self.created = int(time.time())
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
@@ -189,8 +189,16 @@ class Router:
 
     @app.get("/health")
     async def health(self) -> Response:
-        """Liveness of the router (200 while it serves) and the models it sees as down."""
+        """The router's view of its models: 200 while at least one can serve, else 503.
+
+        Body: `status` (`ok`: all serve; `degraded`: some are starting or down; `unavailable`:
+        none can serve yet), `models`, `starting` (deployments with no running replica yet)
+        and `down` (model -> reason).
+        """
         pool = self.gateway.pool
-        return JSONResponse(
-            {"status": "ok", "models": sorted(pool.handles), "down": dict(pool.health.down)}
-        )
+        down, starting = pool.unavailable(), pool.starting()
+        serving = set(pool.handles) - set(down) - set(starting)
+        status = "ok" if not down and not starting else "degraded" if serving else "unavailable"
+        body = {"status": status, "models": sorted(pool.handles), "starting": starting}
+        body["down"] = down
+        return JSONResponse(body, status_code=503 if status == "unavailable" else 200)

@@ -3,9 +3,12 @@
 Every call is counted in flight while it runs and bounded in time: when no answer (the first
 stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
 model is probed and the call ends unless the probe succeeds, and no call waits longer than
-`response_timeout_s`. A failed call is classified: Ray's `BackPressureError` (the handle's
-`max_queued_requests` is exceeded) and the router's own limit mean *saturated*; a timeout or any
-other failure means *down* and marks the model down until a probe succeeds (`router.health`).
+`response_timeout_s`; while the Serve controller reports the model's deployment as still
+starting (`router.deployment_status`), the call waits without probing, and a deployment it
+reports as failed is skipped by the policy. A failed call is classified: Ray's
+`BackPressureError` (the handle's `max_queued_requests` is exceeded) and the router's own limit
+mean *saturated*; a timeout or any other failure means *down* and marks the model down until a
+probe succeeds (`router.health`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from configs.model_config import RouterAppConfig
+from router.deployment_status import DeploymentStatusView
 from router.health import HealthView
 from router.http_errors import mid_stream_error
 from router.load import LoadTracker, ModelLimits
@@ -100,10 +104,13 @@ class ModelPool:
             {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models}
         )
         self.health = HealthView(self.probe, config.health_cooldown_s)
+        self.deployments = DeploymentStatusView(handles, config.deployment_status_poll_s)
         self.first_token_s = config.first_token_timeout_s
 
-    def start(self) -> None:
-        """Probe the models whose context length only their replica knows (needs a loop)."""
+    async def start(self) -> None:
+        """Read the deployments' state (then keep polling it); probe the models whose context
+        length only their replica knows."""
+        await self.deployments.start()
         for model in self.handles:
             if self.context_length(model) is None:
                 self.health.mark_down(model, "context length not reported yet")
@@ -114,7 +121,24 @@ class ModelPool:
 
     def states(self) -> dict[str, ModelState]:
         """Model id -> health and load, for the policy."""
-        return {m: self.load.state(m, self.health.healthy(m)) for m in self.handles}
+        return {m: self.load.state(m, self.healthy(m)) for m in self.handles}
+
+    def healthy(self, model: str) -> bool:
+        """Not marked down by a failed call, and its deployment not reported failed."""
+        return self.health.healthy(model) and self.deployments.get(model).phase != "failed"
+
+    def unavailable(self) -> dict[str, str]:
+        """Model id -> why it cannot serve now (marked down, or its deployment failed)."""
+        down = dict(self.health.down)
+        for model in self.handles:
+            state = self.deployments.get(model)
+            if state.phase == "failed":
+                down.setdefault(model, f"deployment failed: {state.message}"[:300])
+        return down
+
+    def starting(self) -> list[str]:
+        """Models whose deployment has no running replica yet."""
+        return [m for m in self.handles if self.deployments.get(m).phase == "starting"]
 
     async def probe(self, model: str) -> None:
         """Ask `model` for its `info` within `health_probe_timeout_s`; learn its context length.
@@ -185,6 +209,8 @@ class ModelPool:
                     return task.result()
                 if left <= self.first_token_s:
                     raise TimeoutError(f"no answer in {self.config.response_timeout_s} s")
+                if self.deployments.get(model).phase == "starting":
+                    continue  # replicas still loading: the handle queues the call for them
                 try:
                     await self.probe(model)
                 except Exception as exc:

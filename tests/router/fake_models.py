@@ -74,6 +74,7 @@ class FakeHandle:
 
     def __init__(self, model: str, behaviour: Behaviour = "ok", delay_s: float = 0.0) -> None:
         self.model = model
+        self.app_name, self.deployment_name = "fake", model  # what DeploymentStatusView reads
         self.behaviour = behaviour
         self.delay_s = delay_s
         self.calls: list[tuple[str, _Call]] = []

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from fake_models import Answer, Behaviour, FakeHandle, is_error
+from ray.serve._private.common import DeploymentStatus, DeploymentStatusTrigger
+from ray.serve.schema import (
+    ApplicationStatus,
+    ApplicationStatusOverview,
+    DeploymentStatusOverview,
+    ServeStatus,
+)
 
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse
 from deployments.protocol.requests import ChatCompletionRequest
+from router.deployment_status import UNKNOWN, DeploymentStatusView
 from router.dispatch import FALLBACK_HEADER, MODEL_HEADER, RULE_HEADER, Routed
 from router.gateway import Gateway
 from router.model_pool import ModelStream
@@ -160,7 +169,7 @@ def test_no_healthy_model_is_503_before_any_call() -> None:
 def test_unknown_context_is_learned_from_a_probe() -> None:
     async def run() -> None:
         gateway = make_gateway(context=None)
-        gateway.pool.start()
+        await gateway.pool.start()
         assert not gateway.pool.health.healthy("a")
         await asyncio.sleep(0.2)
         assert gateway.pool.health.healthy("a") and gateway.pool.context_length("a") == 4096
@@ -188,3 +197,56 @@ def test_model_list_has_ids_then_aliases() -> None:
         ("b", 4096),
         ("auto", None),
     ]
+
+
+def _snapshot(**phases: tuple[str, dict[str, int]]) -> ServeStatus:
+    """A controller snapshot: model -> (deployment status, replica states)."""
+    deployments = {
+        model: DeploymentStatusOverview(
+            status=DeploymentStatus(status),
+            status_trigger=DeploymentStatusTrigger.UNSPECIFIED,
+            replica_states=replicas,
+            message=f"{model} is {status.lower()}",
+        )
+        for model, (status, replicas) in phases.items()
+    }
+    app = ApplicationStatusOverview(
+        status=ApplicationStatus.DEPLOYING,
+        message="",
+        last_deployed_time_s=0,
+        deployments=deployments,
+    )
+    return ServeStatus(proxies={}, applications={"fake": app})
+
+
+def test_a_starting_model_is_waited_for_and_a_failed_one_skipped() -> None:
+    async def run() -> None:
+        gateway = make_gateway("slow", "ok")  # `a` answers after 0.2 s: 4x first_token_timeout_s
+        snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("HEALTHY", {"RUNNING": 1}))
+        gateway.pool.deployments = DeploymentStatusView(
+            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        )
+        await gateway.pool.start()
+        assert (gateway.pool.starting(), gateway.pool.unavailable()) == (["a"], {})
+        waited = await route(gateway)
+        assert isinstance(waited, Routed) and (waited.model, waited.fallback) == ("a", ())
+        assert gateway.pool.handles["a"].sent("info") == []  # no probe while starting
+
+        snapshot = _snapshot(a=("DEPLOY_FAILED", {}), b=("HEALTHY", {"RUNNING": 1}))
+        await asyncio.sleep(0.05)
+        assert gateway.pool.unavailable() == {"a": "deployment failed: a is deploy_failed"}
+        skipped = await route(gateway)
+        assert isinstance(skipped, Routed) and skipped.model == "b"
+        assert "a: unhealthy" in skipped.reason and gateway.pool.handles["a"].sent() == [ANY]
+
+    asyncio.run(run())
+
+
+def test_without_a_serve_controller_every_deployment_is_unknown() -> None:
+    async def run() -> None:
+        gateway = make_gateway()
+        await gateway.pool.start()  # no Ray in this process: probes and timeouts alone
+        assert set(gateway.pool.deployments.states.values()) == {UNKNOWN}
+        assert isinstance(await route(gateway), Routed)
+
+    asyncio.run(run())

@@ -1,0 +1,127 @@
+"""What Ray Serve's controller says of each model deployment: serving, starting or failed.
+
+A handle call to a deployment whose replicas are still loading weights waits for one, just as a
+call to a dead deployment does; only the controller can tell the two apart. The router polls
+`serve.status()` (one controller call, made off the event loop) every `poll_s` seconds and
+keeps each model's `DeploymentState`:
+
+- `serving`: at least one replica is `RUNNING`;
+- `starting`: none is running yet and the deployment is `UPDATING`/`UPSCALING` (replicas being
+  placed or constructed), so calls should wait for it rather than mark it down;
+- `failed`: none is running and the deployment is `DEPLOY_FAILED`/`UNHEALTHY` (the controller's
+  message says why);
+- `unknown`: not polled yet, or the controller could not be asked (then the router relies on
+  its own call timeouts and probes alone).
+
+Status names: `ray.serve._private.common.DeploymentStatus` / `ReplicaState` (Ray 2.60).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import ray
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+from ray.serve.schema import ServeStatus
+
+logger = logging.getLogger(__name__)
+
+Phase = Literal["serving", "starting", "failed", "unknown"]
+_STARTING = {"UPDATING", "UPSCALING", "DOWNSCALING"}
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """One model deployment as the controller last reported it.
+
+    Attributes:
+        phase: see the module docstring.
+        message: the controller's message for the deployment (why it failed, what it waits on).
+    """
+
+    phase: Phase
+    message: str = ""
+
+
+UNKNOWN = DeploymentState("unknown")
+
+
+def serve_status() -> ServeStatus:
+    """`serve.status()` of the Ray instance this process is connected to.
+
+    Raises:
+        RuntimeError: this process is not connected to Ray (`serve.status()` would start one).
+    """
+    if not ray.is_initialized():
+        raise RuntimeError("not connected to Ray")
+    return serve.status()
+
+
+def deployment_state(status: ServeStatus, app_name: str, deployment_name: str) -> DeploymentState:
+    """The state of one deployment in a `serve.status()` snapshot (`unknown` if absent)."""
+    app = status.applications.get(app_name)
+    overview = app.deployments.get(deployment_name) if app is not None else None
+    if overview is None:
+        return UNKNOWN
+    if overview.replica_states.get("RUNNING", 0) > 0:
+        return DeploymentState("serving", overview.message)
+    status_name = getattr(overview.status, "value", overview.status)
+    phase: Phase = "starting" if status_name in _STARTING else "failed"
+    return DeploymentState(phase, overview.message)
+
+
+class DeploymentStatusView:
+    """Per-model `DeploymentState`, refreshed from the Serve controller in the background.
+
+    Args:
+        handles: model id -> handle of its deployment (which names the deployment and its
+            application).
+        poll_s: seconds between two `serve.status()` calls.
+        read_status: the status call (`serve_status`; tests script snapshots).
+    """
+
+    def __init__(
+        self,
+        handles: Mapping[str, DeploymentHandle],
+        poll_s: float,
+        read_status: Callable[[], ServeStatus] = serve_status,
+    ) -> None:
+        self._names = {m: (h.app_name, h.deployment_name) for m, h in handles.items()}
+        self.poll_s = poll_s
+        self._read_status = read_status
+        self.states: dict[str, DeploymentState] = dict.fromkeys(self._names, UNKNOWN)
+        self._task: asyncio.Task[None] | None = None
+
+    def get(self, model: str) -> DeploymentState:
+        """The last known state of `model`'s deployment."""
+        return self.states[model]
+
+    async def start(self) -> None:
+        """Poll once now, then every `poll_s` seconds in the background."""
+        if self._task is None:
+            await self.refresh()
+            self._task = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def refresh(self) -> None:
+        """Poll the controller once; on failure every model becomes `unknown`."""
+        try:
+            status = await asyncio.to_thread(self._read_status)
+        except Exception as exc:  # noqa: BLE001 - no controller answer: fall back to probes
+            logger.info("serve.status() failed: %r", exc)
+            self.states = dict.fromkeys(self._names, UNKNOWN)
+            return
+        new = {m: deployment_state(status, *names) for m, names in self._names.items()}
+        for model, state in new.items():
+            if state.phase != self.states[model].phase:
+                logger.info("model %s deployment: %s %s", model, state.phase, state.message)
+        self.states = new
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            await self.refresh()
