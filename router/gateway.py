@@ -21,7 +21,14 @@ from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.metrics import RouterMetrics
 from router.model_pool import ModelPool
-from router.policy import NoHealthyModel, PolicyError, decide, extract_features
+from router.policy import (
+    Decision,
+    NoHealthyModel,
+    PolicyError,
+    RequestFeatures,
+    decide,
+    extract_features,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +72,7 @@ class Gateway:
             req = parse_request(schema, request)
             body = request if isinstance(request, dict) else req.model_dump(exclude_unset=True)
             features = extract_features(body, headers)
-            decision = decide(features, self.pool.capabilities, self.pool.states(), self.policy)
+            decision = self._decide(features)
         except OpenAIError as exc:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
@@ -82,6 +89,17 @@ class Gateway:
         self.metrics.requests.labels(routed.model, routed.rule, str(routed.status)).inc()
         logger.debug("%s -> %s (%s)", method, routed.model, decision.reason)
         return routed
+
+    def _decide(self, features: RequestFeatures) -> Decision:
+        """The policy's decision among serving models; if none serves, among those still
+        starting too (the call then waits for a replica)."""
+        caps = self.pool.capabilities
+        try:
+            return decide(features, caps, self.pool.states(starting_ok=False), self.policy)
+        except NoHealthyModel:
+            if not self.pool.starting():
+                raise
+            return decide(features, caps, self.pool.states(starting_ok=True), self.policy)
 
     def model_list(self, created: int) -> ModelList:
         """The served model ids (with their context length once known), then the aliases."""

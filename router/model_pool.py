@@ -4,11 +4,11 @@ Every call is counted in flight while it runs and bounded in time: when no answe
 stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
 model is probed and the call ends unless the probe succeeds, and no call waits longer than
 `response_timeout_s`; while the Serve controller reports the model's deployment as still
-starting (`router.deployment_status`), the call waits without probing, and a deployment it
-reports as failed is skipped by the policy. A failed call is classified: Ray's
-`BackPressureError` (the handle's `max_queued_requests` is exceeded) and the router's own limit
-mean *saturated*; a timeout or any other failure means *down* and marks the model down until a
-probe succeeds (`router.health`).
+starting (`router.deployment_status`), the call waits without probing. The policy skips a
+deployment reported failed, and one still starting while another candidate serves. A failed
+call is classified: Ray's `BackPressureError` (the handle's `max_queued_requests` is exceeded)
+and the router's own limit mean *saturated*; a timeout or any other failure means *down* and
+marks the model down until a probe succeeds (`router.health`).
 """
 
 from __future__ import annotations
@@ -119,13 +119,20 @@ class ModelPool:
         """`engine.max_model_len`, else what a replica reported; None until one does."""
         return self.configs[model].engine.max_model_len or self.learned.get(model)
 
-    def states(self) -> dict[str, ModelState]:
-        """Model id -> health and load, for the policy."""
-        return {m: self.load.state(m, self.healthy(m)) for m in self.handles}
+    def states(self, starting_ok: bool) -> dict[str, ModelState]:
+        """Model id -> health and load, for the policy.
 
-    def healthy(self, model: str) -> bool:
-        """Not marked down by a failed call, and its deployment not reported failed."""
-        return self.health.healthy(model) and self.deployments.get(model).phase != "failed"
+        Args:
+            starting_ok: count a model whose deployment is still starting as healthy (a call
+                then waits for its replica); False leaves it out.
+        """
+        return {m: self.load.state(m, self.healthy(m, starting_ok)) for m in self.handles}
+
+    def healthy(self, model: str, starting_ok: bool) -> bool:
+        """Not marked down by a failed call, its deployment not reported failed and, unless
+        `starting_ok`, not still starting."""
+        unfit = {"failed"} if starting_ok else {"failed", "starting"}
+        return self.health.healthy(model) and self.deployments.get(model).phase not in unfit
 
     def unavailable(self) -> dict[str, str]:
         """Model id -> why it cannot serve now (marked down, or its deployment failed)."""

@@ -129,7 +129,7 @@ def test_own_queue_limit_saturates_before_sending() -> None:
         gateway = make_gateway("slow", "slow")  # a takes 1 running + 1 queued from this router
         held = [asyncio.ensure_future(route(gateway)) for _ in range(4)]
         await asyncio.sleep(0.01)
-        assert gateway.pool.states()["a"].queued == 1
+        assert gateway.pool.states(starting_ok=False)["a"].queued == 1
         outcomes = await asyncio.gather(*held, route(gateway))
         models = [o.headers()[MODEL_HEADER] for o in outcomes if isinstance(o, Routed)]
         assert [o.status for o in outcomes if isinstance(o, Routed)] == [200] * 4 + [429]
@@ -219,25 +219,27 @@ def _snapshot(**phases: tuple[str, dict[str, int]]) -> ServeStatus:
     return ServeStatus(proxies={}, applications={"fake": app})
 
 
-def test_a_starting_model_is_waited_for_and_a_failed_one_skipped() -> None:
+def test_starting_models_are_waited_for_only_when_no_model_serves() -> None:
     async def run() -> None:
         gateway = make_gateway("slow", "ok")  # `a` answers after 0.2 s: 4x first_token_timeout_s
-        snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("HEALTHY", {"RUNNING": 1}))
+        snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("DEPLOY_FAILED", {}))
         gateway.pool.deployments = DeploymentStatusView(
             gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
         )
         await gateway.pool.start()
-        assert (gateway.pool.starting(), gateway.pool.unavailable()) == (["a"], {})
-        waited = await route(gateway)
+        assert gateway.pool.starting() == ["a"]
+        assert gateway.pool.unavailable() == {"b": "deployment failed: b is deploy_failed"}
+        waited = await route(gateway)  # nothing serves: wait for `a`, skip the failed `b`
         assert isinstance(waited, Routed) and (waited.model, waited.fallback) == ("a", ())
         assert gateway.pool.handles["a"].sent("info") == []  # no probe while starting
+        assert gateway.pool.handles["b"].sent() == []
 
-        snapshot = _snapshot(a=("DEPLOY_FAILED", {}), b=("HEALTHY", {"RUNNING": 1}))
+        snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("HEALTHY", {"RUNNING": 1}))
         await asyncio.sleep(0.05)
-        assert gateway.pool.unavailable() == {"a": "deployment failed: a is deploy_failed"}
-        skipped = await route(gateway)
-        assert isinstance(skipped, Routed) and skipped.model == "b"
-        assert "a: unhealthy" in skipped.reason and gateway.pool.handles["a"].sent() == [ANY]
+        assert gateway.pool.unavailable() == {}
+        served = await route(gateway)  # `b` serves: the starting `a` is passed over
+        assert isinstance(served, Routed) and served.model == "b"
+        assert "a: unhealthy" in served.reason and gateway.pool.handles["a"].sent() == [ANY]
 
     asyncio.run(run())
 
