@@ -52,7 +52,12 @@ def test_request_during_model_start_up_waits_for_the_replica(serve_url: str) -> 
             assert resp.status_code == 200, resp.text
             assert resp.json()["usage"]["completion_tokens"] >= 1
 
+            # the controller marks the replica running, and the router reads that within a poll
+            deadline = time.monotonic() + 30
             status, body = _health(client)
+            while body["status"] != "ok" and time.monotonic() < deadline:
+                time.sleep(0.5)
+                status, body = _health(client)
             assert (status, body["status"], body["starting"], body["down"]) == (200, "ok", [], {})
     finally:
         deploy.join(timeout=300)
