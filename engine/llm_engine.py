@@ -246,7 +246,7 @@ class LLMEngine:
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         rows, prompt_spans = self._rows(batch)
         step = StepInput.from_schedule(batch, rows)
-        if self._num_threads:
+        if self._num_threads and self.config.single_thread_max_tokens:
             small = len(step.token_ids) <= self.config.single_thread_max_tokens
             torch.set_num_threads(1 if small else self._num_threads)
         logits = self.executor.execute(step)
