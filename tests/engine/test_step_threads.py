@@ -38,12 +38,11 @@ def _run(engine: LLMEngine, observe: list[tuple[int, int]]) -> dict[str, list[An
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=2)
     prompts = [list(range(200 + 7 * i, 240 + 13 * i)) for i in range(4)]
     out: dict[str, list[Any]] = {}
-    engine.add_request("r0", prompts[0], params)
+    arrivals = {0: 0, 3: 1, 5: 2, 9: 3}  # step -> index of the prompt that arrives then
     step = 0
-    while engine.has_unfinished():
-        if step in (3, 5, 9):
-            rid = f"r{(3, 5, 9).index(step) + 1}"
-            engine.add_request(rid, prompts[int(rid[1])], params)
+    while step in arrivals or engine.has_unfinished():
+        if step in arrivals:
+            engine.add_request(f"r{arrivals[step]}", prompts[arrivals[step]], params)
         for o in engine.step():
             entries = out.setdefault(o.request_id, [])
             entries.extend(zip(o.new_token_ids, o.logprobs or (), strict=True))
