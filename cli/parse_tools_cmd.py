@@ -18,8 +18,9 @@ import json
 import sys
 from typing import Any
 
+from deployments.protocol.tools import parse_tool_choice
 from deployments.toolcalls.assemble import StreamAssembler, accumulate, assemble, parse_text
-from deployments.toolcalls.choice import ToolChoice, finalize, parser_for_choice
+from deployments.toolcalls.choice import finalize, parser_for_choice
 from deployments.toolcalls.registry import PARSERS
 
 
@@ -91,7 +92,7 @@ def _parse(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"unknown parser {args.parser!r}; known parsers: {', '.join(PARSERS)}")
     tools = _load_tools(args.tools) if args.tools else None
     try:
-        choice = ToolChoice.parse(_tool_choice(args.tool_choice), tools)
+        choice = parse_tool_choice(_tool_choice(args.tool_choice), tools)
         parser = parser_for_choice(choice, args.parser, tools, args.prompt_suffix, args.constrained)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
+from configs.request_limits import RequestLimits
 from router.policy.config import ModelCapabilities, PolicyConfig
 
 UNKNOWN_CONTEXT = 1 << 30
@@ -111,6 +112,30 @@ class ModelDeploymentConfig(BaseModel):
         None, gt=0, description="Memory of one device (default per platform, e.g. 64 GiB 910B)."
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    prepare_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds one request's preparation (chat template, tokenisation, grammar "
+        "compilation) may take, off the replica's event loop; beyond it the request gets a 400 "
+        "and other requests are not held up.",
+    )
+    engine_stall_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one engine step may run before the replica counts as stuck: its "
+        "health check then fails and Ray Serve replaces it.",
+    )
+    engine_class: str | None = Field(
+        None,
+        description="Import path `module:Class` of the engine the replica drives instead of "
+        "`engine.llm_engine.LLMEngine` (same constructor and methods), e.g. a fault-injecting "
+        "engine in tests.",
+    )
+
+    @property
+    def supports_tools(self) -> bool:
+        """The one rule for tools: a model does tools iff its config names a `tool_parser`."""
+        return self.tool_parser is not None
 
 
 class RouterAppConfig(BaseModel):
@@ -161,6 +186,17 @@ class RouterAppConfig(BaseModel):
         "controller (starting, serving, failed): a call to a starting model waits for it "
         "instead of being probed, a failed one is skipped at once (`router.deployment_status`).",
     )
+    inter_token_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a started stream may go without an item; then it ends with an "
+        "error event and the model's request is aborted (its KV blocks freed).",
+    )
+    request_limits: RequestLimits = Field(
+        default_factory=RequestLimits,
+        description="Bounds on one request's size, nesting and counts, checked at the router's "
+        "edge (`configs.request_limits.RequestLimits`).",
+    )
     retry_after_s: int = Field(
         1, ge=1, description="`Retry-After` seconds of the 429 answered when all are saturated."
     )
@@ -196,14 +232,15 @@ class RouterAppConfig(BaseModel):
 
         Context length is `engine.max_model_len`, else the replica's reported `max_model_len`
         (`learned`, from `ModelServer.info`), else `UNKNOWN_CONTEXT` until a replica reports it.
-        Tools need a `tool_parser`. Structured output (`response_format` JSON) is enforced by
-        every model deployment (xgrammar constrained decoding), and streaming too.
+        Tools: `ModelDeploymentConfig.supports_tools`. Structured output (`response_format`
+        JSON) is enforced by every model deployment (xgrammar constrained decoding), and
+        streaming too.
         """
         learned = learned or {}
         return {
             m.model_id: ModelCapabilities(
                 context_length=m.engine.max_model_len or learned.get(m.model_id, UNKNOWN_CONTEXT),
-                supports_tools=m.tool_parser is not None,
+                supports_tools=m.supports_tools,
                 supports_structured_output=True,
                 supports_streaming=True,
             )

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments.chat_template import ChatTemplate
-from deployments.choices import ChoiceDelta, merge_choices, run_choice
+from deployments.choices import ChoiceDelta, admit, merge_choices, run_choice
 from deployments.logprobs import chat_logprobs
+from deployments.preparation import Preparer
 from deployments.prompts import sampling_params
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
@@ -24,16 +25,13 @@ from deployments.protocol.responses import (
     DeltaMessage,
     Usage,
 )
-from deployments.structured_output import (
-    GrammarFactory,
-    response_format_schema,
-    tool_choice_schema,
-)
+from deployments.protocol.tools import response_format_schema
+from deployments.structured_output import GrammarFactory, tool_choice_schema
 from deployments.tool_history import normalize_history
 from deployments.tool_output import ToolOutput, ToolSetup
 from deployments.toolcalls.assemble import accumulate
-from deployments.toolcalls.choice import ToolChoice
 from engine.async_engine import AsyncEngine
+from engine.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -42,13 +40,23 @@ class ChatSettings:
 
     Attributes:
         model_id: the id reported in responses.
-        tool_parser: the family's tool-call parser name.
+        tool_parser: the family's tool-call parser name; None: the model does no tools.
         strict_tool_history: reject histories whose tool calls and results do not pair up.
     """
 
     model_id: str
-    tool_parser: str
+    tool_parser: str | None
     strict_tool_history: bool = True
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A chat request made ready for the engine: tool parsing setup, prompt tokens, and one
+    `SamplingParams` per choice."""
+
+    setup: ToolSetup | None
+    prompt: list[int]
+    params: list[SamplingParams]
 
 
 class ChatHandler:
@@ -60,6 +68,7 @@ class ChatHandler:
         template: chat-template renderer (tool-capable).
         grammars: compiles constrained-decoding grammars for this tokenizer.
         settings: per-model settings.
+        preparer: runs the CPU-heavy preparation off the event loop, bounded in time.
     """
 
     def __init__(
@@ -69,68 +78,81 @@ class ChatHandler:
         template: ChatTemplate,
         grammars: GrammarFactory,
         settings: ChatSettings,
+        preparer: Preparer,
     ) -> None:
         self.engine = engine
+        self.preparer = preparer
         self.tokenizer = tokenizer
         self.template = template
         self.grammars = grammars
         self.settings = settings
 
-    def _tools(self, request: ChatCompletionRequest) -> tuple[ToolChoice, list[Any] | None]:
-        try:
-            choice = ToolChoice.parse(request.tool_choice, request.tools)
-        except ValueError as exc:
-            raise OpenAIError(str(exc), param="tool_choice") from None
-        for i, tool in enumerate(request.tools or ()):
-            fn = tool.get("function")
-            if tool.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
-                raise OpenAIError(
-                    "each tool must be {'type': 'function', 'function': {'name': ...}}",
-                    param=f"tools[{i}]",
-                )
-        return choice, (request.tools if choice.mode != "none" else None)
+    def _tools(self, request: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+        """The tools the template renders (none under `tool_choice: none`).
 
-    def _start(
-        self, request: ChatCompletionRequest
-    ) -> tuple[ToolSetup | None, AsyncIterator[ChoiceDelta]]:
-        """Validate and start the choices (raises OpenAIError before any output)."""
-        choice, tools = self._tools(request)
+        Raises:
+            OpenAIError: 400 when the request has tools and this model has no `tool_parser`
+                (`ModelDeploymentConfig.supports_tools`; the router never sends them here).
+        """
+        if request.tools and self.settings.tool_parser is None:
+            raise OpenAIError(
+                f"model {self.settings.model_id} does not support tools (its deployment config "
+                "sets no tool_parser)",
+                param="tools",
+            )
+        return request.tool_dicts() if request.resolved_tool_choice().kind != "none" else None
+
+    def _prepare(self, request: ChatCompletionRequest) -> _Prepared:
+        """Template, tokens, grammar and sampling parameters (CPU work, off the event loop).
+
+        Raises:
+            OpenAIError: 400 for what this model cannot serve (tools, template, context, schema).
+        """
+        tools = self._tools(request)
+        choice = request.resolved_tool_choice()
         messages = normalize_history(request.messages, self.settings.strict_tool_history)
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
         text = self.template.render(messages, tools)
         prompt = self.tokenizer.encode(text, add_special_tokens=False)
-        schema, param = (
-            tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls),
-            "tools",
-        )
+        schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
+        param = "tools"
         if schema is None:
             schema, param = response_format_schema(request.response_format), "response_format"
         setup = None
         if request.tools:
+            assert self.settings.tool_parser is not None, "checked by _tools"
             setup = ToolSetup(
                 choice,
                 self.settings.tool_parser,
-                request.tools,
+                request.tool_dicts(),
                 text[-64:],
-                constrained=choice.mode in ("required", "function"),
+                constrained=choice.kind in ("required", "named"),
             )
-        streams = []
-        for i in range(request.n or 1):
-            constraint = self.grammars.constraint(schema, param) if schema is not None else None
-            params = sampling_params(
+        params = [
+            sampling_params(
                 request,
                 len(prompt),
                 self.engine.max_model_len,
-                self.engine.engine.vocab_size,
+                self.engine.vocab_size,
                 i,
-                constraint,
+                self.grammars.constraint(schema, param) if schema is not None else None,
             )
-            self.engine.check_request(prompt, params)
-            streams.append(
-                run_choice(self.engine, self.tokenizer, i, prompt, params, request.stop_list())
-            )
-        return setup, merge_choices(streams)
+            for i in range(request.n or 1)
+        ]
+        return _Prepared(setup, prompt, params)
+
+    async def _start(
+        self, request: ChatCompletionRequest
+    ) -> tuple[ToolSetup | None, AsyncIterator[ChoiceDelta]]:
+        """Prepare the request and queue its choices in the engine (raises OpenAIError before
+        any output, so a streamed answer starts only once the engine holds the request)."""
+        prep = await self.preparer.run(lambda: self._prepare(request))
+        streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params])
+        stops = request.stop_list()
+        return prep.setup, merge_choices(
+            [run_choice(s, self.tokenizer, i, prep.prompt, stops) for i, s in enumerate(streams)]
+        )
 
     async def complete(self, request: ChatCompletionRequest) -> ChatCompletion:
         """Non-streamed completion: the streamed deltas, accumulated."""
@@ -139,7 +161,8 @@ class ChatHandler:
         lps: list[list[Any]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         usage = Usage.of(0, 0)
-        async for chunk in self._chunks(request, *self._start(request), usage_chunk=True):
+        setup, choices_in = await self._start(request)
+        async for chunk in self._chunks(request, setup, choices_in, usage_chunk=True):
             if chunk.usage is not None:
                 usage = chunk.usage
             for c in chunk.choices:
@@ -172,10 +195,11 @@ class ChatHandler:
             usage=usage,
         )
 
-    def stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        """Streamed completion; validation errors raise here, before the first chunk."""
+    async def stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+        """Streamed completion, returned once the engine holds the request; errors (a bad
+        request, an engine that is not running) raise here, before the first chunk."""
         include = bool(request.stream_options and request.stream_options.include_usage)
-        return self._chunks(request, *self._start(request), usage_chunk=include)
+        return self._chunks(request, *(await self._start(request)), usage_chunk=include)
 
     async def _chunks(
         self,

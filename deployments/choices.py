@@ -1,4 +1,5 @@
-"""One request choice as a stream of text deltas: engine tokens -> detokenizer -> stop strings."""
+"""One request choice as a stream of text deltas: admission, then engine tokens ->
+detokenizer -> stop strings; engine failures become OpenAI errors by what failed."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments.detokenizer import IncrementalDetokenizer
-from deployments.protocol.errors import OpenAIError
+from deployments.protocol.errors import (
+    ENGINE_ERROR,
+    ENGINE_UNAVAILABLE,
+    OpenAIError,
+    internal_error,
+)
+from deployments.protocol.request_id import current_request_id
 from deployments.stop_strings import StopStringMatcher
-from engine.async_engine import AsyncEngine
-from engine.outputs import TokenLogprob
+from engine.async_engine import AsyncEngine, EngineDead, RequestStream
+from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import SamplingParams
 
 
@@ -39,45 +46,88 @@ class ChoiceDelta:
     num_output_tokens: int
 
 
+def engine_failure(out: RequestOutput) -> OpenAIError:
+    """The error a client gets for an engine output that ended in an error, by what failed."""
+    if out.error_kind == "dead":
+        return OpenAIError(
+            "this model's engine is not running; its replica is being replaced",
+            status_code=503,
+            code=ENGINE_UNAVAILABLE,
+        )
+    if out.error_kind == "step":
+        return OpenAIError(
+            "the engine step that carried this request failed", status_code=500, code=ENGINE_ERROR
+        )
+    return internal_error(current_request_id(), "the model replica")
+
+
+async def admit(
+    engine: AsyncEngine, requests: list[tuple[list[int], SamplingParams]]
+) -> list[RequestStream]:
+    """Queue one engine request per (prompt, params) pair; return once the engine holds all.
+
+    Raises:
+        OpenAIError: 503 `engine_unavailable` when the engine loop is not running (then none
+            of them stays queued).
+    """
+    streams: list[RequestStream] = []
+    try:
+        for prompt, params in requests:
+            streams.append(await engine.add(uuid.uuid4().hex, prompt, params))
+    except BaseException as exc:
+        for stream in streams:
+            await stream.aclose()
+        if isinstance(exc, EngineDead):
+            raise OpenAIError(
+                f"this model's engine is not running ({exc})",
+                status_code=503,
+                code=ENGINE_UNAVAILABLE,
+            ) from None
+        raise
+    return streams
+
+
 async def run_choice(
-    engine: AsyncEngine,
+    stream: RequestStream,
     tokenizer: Any,
     index: int,
     prompt_ids: list[int],
-    params: SamplingParams,
     stops: list[str],
 ) -> AsyncIterator[ChoiceDelta]:
-    """Generate one choice. Closing the iterator aborts the engine request.
+    """Turn one admitted engine request into text deltas. Closing the iterator aborts it.
 
     Raises:
-        OpenAIError: 500 when the engine failed the request.
+        OpenAIError: when the engine failed the request (`engine_failure`), or 503 when the
+            replica is shutting down.
     """
     detok = IncrementalDetokenizer(tokenizer, prefix_ids=prompt_ids)
     matcher = StopStringMatcher(stops)
-    rid = uuid.uuid4().hex
-    async for out in engine.generate(rid, prompt_ids, params):
-        if out.error is not None:
-            raise OpenAIError(f"generation failed: {out.error}", status_code=500)
-        text = matcher.push(detok.push(out.new_token_ids))
-        reason = out.finish_reason if out.finished else None
-        if out.finished and not matcher.stopped:
-            text += matcher.push(detok.flush())
-            text += matcher.flush()
-        if matcher.stopped:
-            reason = "stop"
-        if reason == "abort":
-            raise OpenAIError("the model server is shutting down", status_code=503)
-        yield ChoiceDelta(
-            index,
-            text,
-            out.logprobs or (),
-            out.prompt_logprobs,
-            reason,
-            out.num_prompt_tokens,
-            out.num_output_tokens,
-        )
-        if reason is not None:
-            return
+    try:
+        async for out in stream:
+            if out.error is not None:
+                raise engine_failure(out)
+            text = matcher.push(detok.push(out.new_token_ids))
+            reason = out.finish_reason if out.finished else None
+            if out.finished and not matcher.stopped:
+                text += matcher.push(detok.flush())
+                text += matcher.flush()
+            if matcher.stopped:
+                reason = "stop"
+            if reason == "abort":
+                raise OpenAIError("the model server is shutting down", status_code=503)
+            yield ChoiceDelta(
+                index,
+                text,
+                out.logprobs or (),
+                out.prompt_logprobs,
+                reason,
+                out.num_prompt_tokens,
+                out.num_output_tokens,
+            )
+            if reason is not None:
+                return
+    finally:
+        await stream.aclose()
 
 
 async def merge_choices(streams: list[AsyncIterator[ChoiceDelta]]) -> AsyncIterator[ChoiceDelta]:

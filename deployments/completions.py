@@ -7,8 +7,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from deployments.choices import ChoiceDelta, merge_choices, run_choice
+from deployments.choices import ChoiceDelta, admit, merge_choices, run_choice
 from deployments.logprobs import append_completion_logprobs
+from deployments.preparation import Preparer
 from deployments.prompts import completion_prompts, sampling_params
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import CompletionRequest
@@ -19,6 +20,7 @@ from deployments.protocol.responses import (
     Usage,
 )
 from engine.async_engine import AsyncEngine
+from engine.sampling_params import SamplingParams
 
 
 class CompletionHandler:
@@ -28,40 +30,51 @@ class CompletionHandler:
         engine: the replica's engine.
         tokenizer: the checkpoint's tokenizer.
         model_id: the id reported in responses.
+        preparer: runs tokenisation off the event loop, bounded in time.
     """
 
-    def __init__(self, engine: AsyncEngine, tokenizer: Any, model_id: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, tokenizer: Any, model_id: str, preparer: Preparer
+    ) -> None:
         self.engine = engine
+        self.preparer = preparer
         self.tokenizer = tokenizer
         self.model_id = model_id
 
-    def _choices(
-        self, request: CompletionRequest
-    ) -> tuple[list[list[int]], AsyncIterator[ChoiceDelta]]:
+    def _prepare(self, request: CompletionRequest) -> list[tuple[list[int], SamplingParams]]:
+        """Prompt tokens and sampling parameters of every choice, `p * n + i` (off the loop).
+
+        Raises:
+            OpenAIError: 400 for an unsupported field, an empty or out-of-vocabulary prompt, or
+                one that does not fit the context.
+        """
         if request.suffix:
             raise OpenAIError("suffix is not supported", param="suffix")
         n = request.n or 1
         if request.best_of is not None and request.best_of != n:
             raise OpenAIError("best_of must equal n (or be omitted)", param="best_of")
-        prompts = completion_prompts(self.tokenizer, request)
-        vocab = self.engine.engine.vocab_size
-        streams = []
-        for p, prompt in enumerate(prompts):
-            bad = [t for t in prompt if not 0 <= t < vocab]
-            if bad:
-                raise OpenAIError(
-                    f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})",
-                    param="prompt",
-                )
+        vocab = self.engine.vocab_size
+        out = []
+        for prompt in completion_prompts(self.tokenizer, request, vocab):
             for i in range(n):
                 params = sampling_params(request, len(prompt), self.engine.max_model_len, vocab, i)
-                self.engine.check_request(prompt, params)
-                streams.append(
-                    run_choice(
-                        self.engine, self.tokenizer, p * n + i, prompt, params, request.stop_list()
-                    )
-                )
-        return prompts, merge_choices(streams)
+                out.append((prompt, params))
+        return out
+
+    async def _choices(
+        self, request: CompletionRequest
+    ) -> tuple[list[list[int]], AsyncIterator[ChoiceDelta]]:
+        """Prepare the request and queue its choices in the engine (raises before any output)."""
+        prepared = await self.preparer.run(lambda: self._prepare(request))
+        streams = await admit(self.engine, prepared)
+        stops = request.stop_list()
+        prompts = [prompt for prompt, _ in prepared[:: request.n or 1]]
+        return prompts, merge_choices(
+            [
+                run_choice(s, self.tokenizer, i, prompt, stops)
+                for i, (s, (prompt, _)) in enumerate(zip(streams, prepared))
+            ]
+        )
 
     def _echo(self, prompt: list[int]) -> str:
         return self.tokenizer.decode(prompt, skip_special_tokens=False)
@@ -70,7 +83,7 @@ class CompletionHandler:
         """Non-streamed completion: the streamed chunks, joined."""
         choices: dict[int, CompletionChoice] = {}
         usage = Usage.of(0, 0)
-        prompts, deltas = self._choices(request)
+        prompts, deltas = await self._choices(request)
         async for chunk in self._chunks(request, prompts, deltas, usage_chunk=True):
             if chunk.usage is not None:
                 usage = chunk.usage
@@ -93,13 +106,14 @@ class CompletionHandler:
             usage=usage,
         )
 
-    def stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
-        """Streamed completion (one `text_completion` object per chunk, usage last).
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        """Streamed completion (one `text_completion` object per chunk, usage last), returned
+        once the engine holds the request.
 
         Raises:
-            OpenAIError: invalid request, before the first chunk.
+            OpenAIError: invalid request or engine not running, before the first chunk.
         """
-        prompts, choices = self._choices(request)
+        prompts, choices = await self._choices(request)
         include = bool(request.stream_options and request.stream_options.include_usage)
         return self._chunks(request, prompts, choices, usage_chunk=include)
 

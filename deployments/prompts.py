@@ -10,11 +10,13 @@ from engine.constraints import TokenConstraint
 from engine.sampling_params import SamplingParams
 
 
-def completion_prompts(tokenizer: Any, request: CompletionRequest) -> list[list[int]]:
+def completion_prompts(
+    tokenizer: Any, request: CompletionRequest, vocab_size: int
+) -> list[list[int]]:
     """The legacy `prompt` field as one token list per prompt.
 
     Raises:
-        OpenAIError: 400 for an empty prompt.
+        OpenAIError: 400 for an empty prompt, or a token id outside `[0, vocab_size)`.
     """
     p = request.prompt
     if isinstance(p, str):
@@ -30,6 +32,12 @@ def completion_prompts(tokenizer: Any, request: CompletionRequest) -> list[list[
         ids = tokenizer.encode(item, add_special_tokens=False) if isinstance(item, str) else item
         if not ids:
             raise OpenAIError("prompt must not be empty", param="prompt")
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise OpenAIError(
+                f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab_size})",
+                param="prompt",
+            )
         out.append(list(ids))
     return out
 
@@ -42,7 +50,8 @@ def sampling_params(
     choice_index: int = 0,
     constraint: TokenConstraint | None = None,
 ) -> SamplingParams:
-    """Engine sampling parameters for one choice of a request.
+    """Engine sampling parameters for one choice of a request: the one exact context-length
+    check (the router's estimate only routes).
 
     `max_tokens` defaults to the rest of the context (vLLM behaviour); a seeded request with
     `n > 1` seeds choice `i` with `seed + i` so the choices differ but stay reproducible.

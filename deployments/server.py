@@ -1,17 +1,19 @@
 """The Ray Serve deployment that owns one engine replica for one model.
 
-Methods return protocol objects, never raise for a bad request: a user error comes back as an
+Methods return protocol objects and never raise for a request: any failure comes back as an
 `ErrorResponse` (non-streamed) or as the first item of the stream, so the router can answer
-with a real 4xx before any SSE byte is sent.
+with a real status before any SSE byte is sent, and tell request errors (4xx, `internal_error`)
+from engine faults (`engine_error`, `engine_unavailable`: see `deployments.protocol.errors`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from ray import serve
 
 from configs.envs import log_level
@@ -19,12 +21,18 @@ from configs.model_config import ModelDeploymentConfig
 from deployments.chat import ChatHandler, ChatSettings
 from deployments.chat_template import ChatTemplate
 from deployments.completions import CompletionHandler
-from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.preparation import Preparer
+from deployments.protocol.errors import (
+    ENGINE_UNAVAILABLE,
+    ErrorResponse,
+    OpenAIError,
+    internal_error,
+)
+from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.validation import parse_request
+from deployments.protocol.validation import parse_request, wants_stream
 from deployments.structured_output import GrammarFactory
 from deployments.tokenizer import load_tokenizer
-from deployments.toolcalls.registry import DEFAULT_PARSER_BY_FAMILY
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
@@ -34,30 +42,41 @@ logger = logging.getLogger(__name__)
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
 
 
-async def _guarded(stream: AsyncIterator[BaseModel]) -> AsyncIterator[BaseModel | ErrorResponse]:
+async def _guarded(
+    stream: AsyncIterator[BaseModel], where: str
+) -> AsyncIterator[BaseModel | ErrorResponse]:
     """Relay a stream; a failure mid-stream becomes a final `ErrorResponse` item."""
+    rid = current_request_id()
     try:
         async for item in stream:
             yield item
     except OpenAIError as exc:
         yield exc.response()
-    except Exception as exc:  # reported to this client; the replica keeps serving
-        logger.exception("stream failed")
-        yield OpenAIError(f"internal error: {exc!r}", status_code=500).response()
+    except Exception:  # reported to this client opaquely; the replica keeps serving
+        logger.exception("request %s failed mid-stream in %s", rid, where)
+        yield internal_error(rid, where).response()
 
 
 async def _single(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
     yield item
 
 
-def _tool_parser(config: ModelDeploymentConfig, template: ChatTemplate) -> str:
-    """The configured parser; else the family's when its own template renders tools; else
-    `hermes`, the format of the shipped fallback template."""
-    if config.tool_parser:
-        return config.tool_parser
-    if template.native_tools and config.family in DEFAULT_PARSER_BY_FAMILY:
-        return DEFAULT_PARSER_BY_FAMILY[config.family]
-    return "hermes"
+def engine_class(path: str | None) -> type[LLMEngine]:
+    """The engine class a replica drives: `LLMEngine`, or the `module:Class` at `path`.
+
+    Raises:
+        ValueError: `path` is not `module:Class`, or names nothing importable.
+    """
+    if path is None:
+        return LLMEngine
+    module, sep, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name) if sep else None
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"engine_class {path!r} cannot be imported: {exc}") from None
+    if not isinstance(cls, type):
+        raise ValueError(f"engine_class {path!r} is not 'module:Class'")
+    return cls
 
 
 @serve.deployment
@@ -74,41 +93,54 @@ class ModelServer:
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
         self.metrics = EngineMetrics(self.config.model_id)
-        self.engine = AsyncEngine(
-            lambda: LLMEngine(
-                checkpoint,
-                self.config.engine,
-                self.config.tensor_parallel_size,
-                self.config.expert_parallel,
-            ),
-            self.metrics,
-        )
         cfg = self.config
+        cls = engine_class(cfg.engine_class)
+        self.engine = AsyncEngine(
+            lambda: cls(checkpoint, cfg.engine, cfg.tensor_parallel_size, cfg.expert_parallel),
+            self.metrics,
+            cfg.engine_stall_timeout_s,
+        )
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
-        settings = ChatSettings(cfg.model_id, _tool_parser(cfg, template), cfg.strict_tool_history)
-        grammars = GrammarFactory(self.tokenizer, self.engine.engine.vocab_size)
-        self.chat_handler = ChatHandler(self.engine, self.tokenizer, template, grammars, settings)
-        self.completion_handler = CompletionHandler(self.engine, self.tokenizer, cfg.model_id)
+        settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
+        grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
+        preparer = Preparer(cfg.prepare_timeout_s)
+        self.chat_handler = ChatHandler(
+            self.engine, self.tokenizer, template, grammars, settings, preparer
+        )
+        self.completion_handler = CompletionHandler(
+            self.engine, self.tokenizer, cfg.model_id, preparer
+        )
+        self.where = f"model {cfg.model_id}"
 
     async def _serve(
         self,
         request: Req | dict[str, Any],
         model: type[Req],
         complete: Callable[[Req], Awaitable[BaseModel]],
-        stream: Callable[[Req], AsyncIterator[BaseModel]],
+        stream: Callable[[Req], Awaitable[AsyncIterator[BaseModel]]],
     ) -> Any:
+        """One request: a response or a stream; every failure becomes an `ErrorResponse`
+        (request errors 4xx; an engine that is not running 503 `engine_unavailable`; anything
+        unexpected an opaque 500 `internal_error`, its traceback logged under the request id)."""
+        rid = current_request_id()
         try:
-            req = parse_request(model, request)
+            dead = self.engine.dead_reason()
+            if dead is not None:
+                raise OpenAIError(
+                    f"this model's engine is not running ({dead})",
+                    status_code=503,
+                    code=ENGINE_UNAVAILABLE,
+                )
+            req = parse_request(model, request)  # the router's validated model passes as is
             if req.stream:
-                return _guarded(stream(req))
+                return _guarded(await stream(req), self.where)
             return await complete(req)
         except OpenAIError as exc:
             err = exc.response()
-        except ValidationError as exc:  # e.g. a validator raised on a nested field
-            err = OpenAIError(str(exc)).response()
-        if isinstance(request, dict) and request.get("stream") or getattr(request, "stream", False):
-            return _single(err)
-        return err
+        except Exception:
+            logger.exception("request %s failed in %s", rid, self.where)
+            err = internal_error(rid, self.where).response()
+        return _single(err) if wants_stream(request) else err
 
     async def chat(self, request: ChatCompletionRequest | dict[str, Any]) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
@@ -122,7 +154,12 @@ class ModelServer:
         return await self._serve(request, CompletionRequest, h.complete, h.stream)
 
     def info(self) -> dict[str, Any]:
-        """Model id and context length, for `/v1/models` and routing."""
+        """Model id and context length, for `/v1/models` and routing; the router's probe.
+
+        Raises:
+            RuntimeError: the engine loop is not running (the probe then fails).
+        """
+        self.check_health()
         return {"id": self.config.model_id, "max_model_len": self.engine.max_model_len}
 
     def stats(self) -> EngineStats:
@@ -134,13 +171,14 @@ class ModelServer:
         return self.metrics.exposition()
 
     def check_health(self) -> None:
-        """Ray Serve health probe: the engine thread must be alive.
+        """Ray Serve health probe: the engine loop must run and no step may be stalled.
 
         Raises:
-            RuntimeError: the engine loop died.
+            RuntimeError: the engine loop died or stalled (Serve then replaces the replica).
         """
-        if not self.engine.alive():
-            raise RuntimeError("engine loop is not running")
+        dead = self.engine.dead_reason()
+        if dead is not None:
+            raise RuntimeError(f"engine loop is not serving: {dead}")
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)

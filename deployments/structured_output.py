@@ -18,63 +18,33 @@ from typing import Any
 import xgrammar as xgr
 
 from deployments.protocol.errors import OpenAIError
-from deployments.toolcalls.choice import ToolChoice
+from deployments.protocol.tools import ToolChoice, ToolDefinition
 from engine.constraints import GrammarConstraint
 
 
-def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
-    params = tool.get("function", {}).get("parameters") or {"type": "object", "properties": {}}
-    return params
-
-
 def tool_choice_schema(
-    choice: ToolChoice, tools: list[dict[str, Any]], parallel: bool | None
+    choice: ToolChoice, tools: list[ToolDefinition], parallel: bool | None
 ) -> dict[str, Any] | None:
     """The JSON schema constrained decoding enforces for `choice`, or None (unconstrained)."""
-    by_name = {t["function"]["name"]: t for t in tools}
-    if choice.mode == "function":
-        assert choice.function is not None, "a function choice without a name"
-        return _parameters(by_name[choice.function])
-    if choice.mode != "required":
+    by_name = {t.function.name: t.function for t in tools}
+    if choice.kind == "named":
+        assert choice.function is not None, "a named choice without a name"
+        return by_name[choice.function].parameters_schema()
+    if choice.kind != "required":
         return None
     items = [
         {
             "type": "object",
-            "properties": {"name": {"const": name}, "parameters": _parameters(tool)},
+            "properties": {"name": {"const": name}, "parameters": fn.parameters_schema()},
             "required": ["name", "parameters"],
             "additionalProperties": False,
         }
-        for name, tool in by_name.items()
+        for name, fn in by_name.items()
     ]
     schema: dict[str, Any] = {"type": "array", "items": {"anyOf": items}, "minItems": 1}
     if parallel is False:
         schema["maxItems"] = 1
     return schema
-
-
-def response_format_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
-    """JSON schema for `response_format` (`{}` = any object); None for text.
-
-    Raises:
-        OpenAIError: 400 for an unknown type or a `json_schema` without a schema.
-    """
-    if not response_format or response_format.get("type") in (None, "text"):
-        return None
-    kind = response_format["type"]
-    if kind == "json_object":
-        return {"type": "object"}
-    if kind == "json_schema":
-        schema = (response_format.get("json_schema") or {}).get("schema")
-        if not isinstance(schema, dict):
-            raise OpenAIError(
-                "response_format json_schema needs json_schema.schema (an object)",
-                param="response_format.json_schema.schema",
-            )
-        return schema
-    raise OpenAIError(
-        f"unknown response_format type {kind!r}; use text, json_object or json_schema",
-        param="response_format.type",
-    )
 
 
 class GrammarFactory:

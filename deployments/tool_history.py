@@ -4,13 +4,13 @@ Rules from `shared/toolcalls/PROTOCOL.md` ("Requests"): an assistant message's `
 answered by one `tool` message per id before another role (400 naming the missing id); a tool
 message needs a `tool_call_id` that answers a pending call; ids are unique within one assistant
 message; `tool_calls` may appear anywhere in the history; `arguments` may be a JSON string or an
-object (templates get an object); an empty `tool_calls` list is dropped; tool content may be a
-list of text parts. `strict=False` skips the pairing rules for clients with loose histories.
+object (validated with the request; templates get an object); an empty `tool_calls` list is
+dropped; tool content may be a list of text parts. `strict=False` skips the pairing rules for
+clients with loose histories.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from deployments.protocol.errors import OpenAIError
@@ -25,34 +25,23 @@ def _text(m: ChatMessage, i: int) -> str:
 
 
 def _calls(m: ChatMessage, i: int) -> list[dict[str, Any]]:
-    """Template-ready calls (arguments as objects) of an assistant message."""
+    """Template-ready calls (arguments as objects) of an assistant message (shapes were
+    validated with the request: `deployments.protocol.tools.ToolCall`)."""
     out = []
     seen: set[str] = set()
     for j, call in enumerate(m.tool_calls or ()):
-        where = f"messages[{i}].tool_calls[{j}]"
-        fn = call.get("function")
-        call_id = call.get("id")
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise OpenAIError("a tool call needs function.name", param=f"{where}.function.name")
-        if not isinstance(call_id, str) or not call_id:
-            raise OpenAIError("a tool call needs a non-empty id", param=f"{where}.id")
-        if call_id in seen:
-            raise OpenAIError(f"tool call id {call_id!r} appears twice", param=f"{where}.id")
-        seen.add(call_id)
-        args = fn.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise OpenAIError(
-                    f"tool call arguments are not JSON: {exc}", param=f"{where}.function.arguments"
-                ) from None
-        if not isinstance(args, dict):
+        if call.id in seen:
             raise OpenAIError(
-                "tool call arguments must be a JSON object", param=f"{where}.function.arguments"
+                f"tool call id {call.id!r} appears twice", param=f"messages[{i}].tool_calls[{j}].id"
             )
+        seen.add(call.id)
+        fn = call.function
         out.append(
-            {"id": call_id, "type": "function", "function": {"name": fn["name"], "arguments": args}}
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": fn.name, "arguments": fn.arguments_object()},
+            }
         )
     return out
 

@@ -7,6 +7,12 @@ cores libgomp throttles its spin-waits; on 2 cores that made the engine thread's
 slower (SmolLM2 decode step 24 ms → 39 ms). Callers talk to the thread only through a locked
 inbox of add/abort commands, and it hands outputs back with `loop.call_soon_threadsafe`. Aborts
 are applied before the next step, so a cancelled caller's blocks are freed within one step.
+
+`add` returns once the engine has queued the request, so a caller knows admission succeeded
+before it answers its client. If the loop dies, every queued and running request ends at once
+with an error output (`error_kind="dead"`), later `add`s raise `EngineDead`, and `alive()` turns
+False (as it does when one step runs past `stall_timeout_s`), which fails the replica's health
+check so that Ray Serve replaces it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.llm_engine import EngineStats, LLMEngine
@@ -26,6 +32,14 @@ from engine.sampling_params import SamplingParams
 logger = logging.getLogger(__name__)
 
 
+class EngineDead(RuntimeError):
+    """The engine loop is not running (it raised, or the engine was shut down)."""
+
+
+class RequestRejected(ValueError):
+    """The engine refused a request when it was queued (`LLMEngine.add_request` raised)."""
+
+
 @dataclass(frozen=True)
 class _Add:
     request_id: str
@@ -33,11 +47,63 @@ class _Add:
     params: SamplingParams
     queue: asyncio.Queue[RequestOutput]
     loop: asyncio.AbstractEventLoop
+    admitted: asyncio.Future[None]
 
 
 @dataclass(frozen=True)
 class _Abort:
     request_id: str
+
+
+class RequestStream:
+    """The outputs of one queued request, until it finishes.
+
+    Closing it before the last output (`aclose`: client gone, task cancelled) aborts the request
+    in the engine, which frees its KV blocks before the next step.
+    """
+
+    def __init__(self, engine: AsyncEngine, add: _Add) -> None:
+        self._engine = engine
+        self._add = add
+        self._finished = False
+        self._start = time.monotonic()
+        self._first: float | None = None
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            out = await self._add.queue.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        self._first = self._first or time.monotonic()
+        self._finished = out.finished
+        metrics = self._engine.metrics
+        if out.finished and metrics is not None and out.error is None:
+            now = time.monotonic()
+            metrics.observe_request(
+                self._first - self._start,
+                now - self._start,
+                out.num_prompt_tokens,
+                out.num_output_tokens,
+            )
+        return out
+
+    async def aclose(self) -> None:
+        """Abort the request unless it has finished."""
+        self._abort()
+
+    def _abort(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._engine._send(_Abort(self._add.request_id))
+
+    def __del__(self) -> None:
+        self._abort()  # dropped unread (a caller that failed before iterating): free its blocks
 
 
 class AsyncEngine:
@@ -47,20 +113,28 @@ class AsyncEngine:
         build: makes the engine; called on the engine thread, which alone touches it afterwards
             (`engine` stays readable for its immutable settings, e.g. `vocab_size`).
         metrics: where to record load and latency figures (None: not recorded).
+        stall_timeout_s: seconds one step may run before the engine counts as stuck
+            (`alive()` turns False, so the replica's health check fails).
 
     Raises:
         Exception: whatever `build` raised (start-up errors surface in the constructor).
     """
 
     def __init__(
-        self, build: Callable[[], LLMEngine], metrics: EngineMetrics | None = None
+        self,
+        build: Callable[[], LLMEngine],
+        metrics: EngineMetrics | None = None,
+        stall_timeout_s: float = 600.0,
     ) -> None:
         self.engine: LLMEngine  # set on the engine thread by `build`
         self.metrics = metrics
+        self._stall_timeout_s = stall_timeout_s
         self._inbox: list[_Add | _Abort] = []
         self._cond = threading.Condition()
         self._streams: dict[str, _Add] = {}
         self._stopped = False
+        self._dead: str | None = None  # why the loop ended, once it has
+        self._step_started: float | None = None
         self._built = threading.Event()
         self._build_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -77,52 +151,49 @@ class AsyncEngine:
         """Context length in tokens."""
         return self.engine.max_model_len
 
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (token ids are below it)."""
+        return self.engine.vocab_size
+
     def stats(self) -> EngineStats:
         """Load figures as of the last step."""
         return self._stats
 
-    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Validate before streaming starts (reads only immutable engine settings).
-
-        Raises:
-            ValueError: see `LLMEngine.check_request`.
-        """
-        self.engine.check_request(prompt_token_ids, params)
-
-    async def generate(
+    async def add(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[RequestOutput]:
-        """Submit a request and yield its outputs until it finishes.
+    ) -> RequestStream:
+        """Queue a request; return once the engine holds it (its outputs follow in the stream).
 
-        Closing the iterator early (client gone, task cancelled) aborts the request.
+        The caller validated the request (context length, token ids): the engine's own check
+        is an invariant.
 
         Raises:
-            ValueError: the request is invalid (raised before anything is yielded).
+            EngineDead: the engine loop is not running.
+            RequestRejected: the engine refused the request.
         """
-        self.check_request(prompt_token_ids, params)
+        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self._send(_Add(request_id, prompt_token_ids, params, queue, asyncio.get_running_loop()))
-        finished = False
-        start = time.monotonic()
-        first: float | None = None
+        add = _Add(request_id, prompt_token_ids, params, queue, loop, loop.create_future())
+        self._send(add)
         try:
-            while not finished:
-                out = await queue.get()
-                finished = out.finished
-                first = first or time.monotonic()
-                if finished and self.metrics is not None and out.error is None:
-                    now = time.monotonic()
-                    self.metrics.observe_request(
-                        first - start, now - start, out.num_prompt_tokens, out.num_output_tokens
-                    )
-                yield out
-        finally:
-            if not finished:
-                self._send(_Abort(request_id))
+            await add.admitted
+        except asyncio.CancelledError:  # the caller went away while the engine took it
+            self._send(_Abort(request_id))
+            raise
+        return RequestStream(self, add)
 
     def alive(self) -> bool:
-        """Whether the engine thread is running."""
-        return self._thread.is_alive()
+        """Whether the engine loop runs and no step has been running for `stall_timeout_s`."""
+        started = self._step_started
+        stalled = started is not None and time.monotonic() - started > self._stall_timeout_s
+        return self._thread.is_alive() and self._dead is None and not stalled
+
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve (loop ended or a step stalled); None while it can."""
+        if self.alive():
+            return None
+        return self._dead or "an engine step has been running too long (stalled)"
 
     def shutdown(self) -> None:
         """Stop the engine thread (outstanding requests end with finish reason `abort`)."""
@@ -134,8 +205,12 @@ class AsyncEngine:
 
     def _send(self, cmd: _Add | _Abort) -> None:
         with self._cond:
-            self._inbox.append(cmd)
-            self._cond.notify()
+            if self._dead is None:
+                self._inbox.append(cmd)
+                self._cond.notify()
+                return
+        if isinstance(cmd, _Add):  # nobody will take it: fail it now
+            _admit(cmd, EngineDead(self._dead))
 
     def _deliver(self, out: RequestOutput) -> None:
         stream = self._streams.get(out.request_id)
@@ -153,18 +228,11 @@ class AsyncEngine:
                 continue
             try:
                 self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params)
-                self._streams[cmd.request_id] = cmd
             except Exception as exc:  # reported to that caller only; the loop goes on
-                err = RequestOutput(
-                    cmd.request_id,
-                    (),
-                    True,
-                    "error",
-                    len(cmd.prompt_token_ids),
-                    0,
-                    error=str(exc),
-                )
-                cmd.loop.call_soon_threadsafe(cmd.queue.put_nowait, err)
+                _admit(cmd, RequestRejected(str(exc)))
+                continue
+            self._streams[cmd.request_id] = cmd
+            _admit(cmd, None)
 
     def _run(self, build: Callable[[], LLMEngine]) -> None:
         try:
@@ -174,7 +242,27 @@ class AsyncEngine:
             return
         finally:
             self._built.set()
-        self._loop()
+        try:
+            self._loop()
+        except BaseException:  # the loop died: nobody may wait on it
+            logger.exception("the engine loop died")
+            self._fail_all("the engine loop died")
+
+    def _fail_all(self, reason: str) -> None:
+        """End every queued and running request with an `engine_unavailable` error, and make
+        every later `add` fail at once."""
+        with self._cond:
+            self._dead = reason
+            cmds, self._inbox = self._inbox, []
+        for cmd in cmds:
+            if isinstance(cmd, _Add):
+                _admit(cmd, EngineDead(reason))
+        for rid in list(self._streams):
+            stream = self._streams[rid]
+            n = len(stream.prompt_token_ids)
+            self._deliver(
+                RequestOutput(rid, (), True, "error", n, 0, error=reason, error_kind="dead")
+            )
 
     def _loop(self) -> None:
         while True:
@@ -187,10 +275,28 @@ class AsyncEngine:
                 for rid in list(self._streams):
                     self.engine.abort(rid)
                     self._deliver(RequestOutput(rid, (), True, "abort", 0, 0))
+                self._dead = "the engine was shut down"
                 return
             self._apply(cmds)
-            for out in self.engine.step():
+            self._step_started = time.monotonic()
+            outputs = self.engine.step()
+            self._step_started = None
+            for out in outputs:
                 self._deliver(out)
             self._stats = self.engine.stats()
             if self.metrics is not None:
                 self.metrics.observe_step(self._stats)
+
+
+def _admit(cmd: _Add, error: BaseException | None) -> None:
+    """Settle a caller's admission future from the engine thread."""
+
+    def settle() -> None:
+        if cmd.admitted.done():  # the caller went away
+            return
+        if error is None:
+            cmd.admitted.set_result(None)
+        else:
+            cmd.admitted.set_exception(error)
+
+    cmd.loop.call_soon_threadsafe(settle)

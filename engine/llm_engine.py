@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,7 +18,7 @@ from engine.executor import Executor, LocalExecutor
 from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
 from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
-from engine.outputs import RequestOutput, TokenLogprob
+from engine.outputs import ErrorKind, RequestOutput, TokenLogprob
 from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
@@ -134,31 +134,20 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Validate a request before it is queued.
-
-        Raises:
-            ValueError: empty prompt, a token id outside the vocabulary, or prompt plus
-                `max_tokens` beyond `max_model_len`.
-        """
-        if not prompt_token_ids:
-            raise ValueError("the prompt is empty")
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
-        total = len(prompt_token_ids) + params.max_tokens
-        if total > self.max_model_len:
-            raise ValueError(
-                f"this model's maximum context length is {self.max_model_len} tokens; the "
-                f"request has {len(prompt_token_ids)} prompt tokens and max_tokens="
-                f"{params.max_tokens} ({total} in all): shorten the prompt or lower max_tokens"
-            )
-
     def add_request(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
     ) -> None:
-        """Queue a request (validated with `check_request`)."""
-        self.check_request(prompt_token_ids, params)
+        """Queue a request. The caller has validated it (the model replica answers a bad one
+        with a 400), so a prompt that is empty, out of vocabulary or over the context here is
+        a bug: `AssertionError`."""
+        n = len(prompt_token_ids)
+        assert 0 < n and n + params.max_tokens <= self.max_model_len, (
+            f"unchecked request {request_id}: {n} prompt tokens + max_tokens "
+            f"{params.max_tokens} vs context {self.max_model_len}"
+        )
+        assert all(0 <= t < self.vocab_size for t in prompt_token_ids), (
+            f"unchecked request {request_id}: a token id outside [0, {self.vocab_size})"
+        )
         assert request_id not in self._seqs, f"duplicate request id {request_id}"
         seq = Sequence(request_id, list(prompt_token_ids), params, next(self._arrivals))
         if params.seed is not None:
@@ -201,8 +190,10 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one engine iteration; returns the new tokens of every sampled request.
 
-        If the forward pass raises, every request in the batch ends with finish reason
-        `error` (blocks freed) and the engine keeps serving the rest.
+        If the step raises (the forward pass, say), every request in the batch ends with finish
+        reason `error` and `error_kind="step"` (blocks freed); if one request's own processing
+        fails in the sampler, that request alone ends (`error_kind="request"`). Either way the
+        engine keeps serving.
         """
         batch = self.scheduler.schedule()
         if not batch.scheduled:
@@ -210,12 +201,12 @@ class LLMEngine:
         try:
             return self._run(batch)
         except Exception as exc:  # a failed step must not leak blocks or hang callers
-            logger.exception("engine step failed")
-            outs = []
-            for s in batch.scheduled:
-                self.abort(s.seq.request_id)
-                outs.append(self._output(s.seq, (), True, "error", error=repr(exc)))
-            return outs
+            ids = [s.seq.request_id for s in batch.scheduled]
+            logger.exception("engine step failed for requests %s", ", ".join(ids))
+            for rid in ids:
+                self.abort(rid)
+            error = f"{type(exc).__name__} in an engine step"
+            return [self._failed(s.seq, error, "step") for s in batch.scheduled]
 
     def _rows(
         self, batch: SchedulerOutput
@@ -264,8 +255,15 @@ class LLMEngine:
             self.block_manager.commit(s.seq)
         if not sampling:
             return []
-        tokens, logprobs = sample(logits[n_prompt_rows:], [s.seq for s in sampling])
-        return [self._append(s.seq, tok, lp) for s, tok, lp in zip(sampling, tokens, logprobs)]
+        result = sample(logits[n_prompt_rows:], [s.seq for s in sampling])
+        outs = []
+        for i, s in enumerate(sampling):
+            if i in result.failed:
+                self.abort(s.seq.request_id)
+                outs.append(self._failed(s.seq, result.failed[i], "request"))
+            else:
+                outs.append(self._append(s.seq, result.token_ids[i], result.logprobs[i]))
+        return outs
 
     def _append(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> RequestOutput:
         seq.output_token_ids.append(token)
@@ -280,6 +278,9 @@ class LLMEngine:
             self.abort(seq.request_id)
         return self._output(seq, (token,), reason is not None, reason, lp)
 
+    def _failed(self, seq: Sequence, error: str, kind: ErrorKind) -> RequestOutput:
+        return replace(self._output(seq, (), True, "error"), error=error, error_kind=kind)
+
     def _output(
         self,
         seq: Sequence,
@@ -287,7 +288,6 @@ class LLMEngine:
         finished: bool,
         reason: str | None,
         lp: TokenLogprob | None = None,
-        error: str | None = None,
     ) -> RequestOutput:
         prompt_lps = None
         if seq.params.prompt_logprobs is not None and not seq.prompt_logprobs_sent and tokens:
@@ -303,5 +303,4 @@ class LLMEngine:
             num_output_tokens=len(seq.output_token_ids),
             logprobs=(lp,) if lp is not None else None,
             prompt_logprobs=prompt_lps,
-            error=error,
         )

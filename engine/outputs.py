@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+ErrorKind = Literal["request", "step", "dead"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ class RequestOutput:
         num_prompt_tokens: prompt length in tokens.
         num_output_tokens: tokens generated so far, this step included.
         error: set when the request failed inside the engine (finish_reason is `error`).
+        error_kind: what failed, with `error`: `request` (something of this request alone, e.g.
+            its grammar or logit bias, failed in a step; the batch went on), `step` (the step
+            that carried it failed as a whole, e.g. the forward pass) or `dead` (the engine
+            loop ended).
     """
 
     request_id: str
@@ -46,3 +53,4 @@ class RequestOutput:
     logprobs: tuple[TokenLogprob, ...] | None = None
     prompt_logprobs: tuple[TokenLogprob, ...] | None = None
     error: str | None = None
+    error_kind: ErrorKind | None = None

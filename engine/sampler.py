@@ -8,23 +8,34 @@ top-k and top-p (Holtzman et al., 2019) for sampled rows. Sampling uses the expo
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import torch
 
 from engine.outputs import TokenLogprob
 from engine.sequence import Sequence
 
+logger = logging.getLogger(__name__)
 
-def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:
-    vocab = logits.shape[-1]
-    for i, seq in enumerate(seqs):
-        p = seq.params
-        if p.logit_bias:
-            ids = torch.tensor(list(p.logit_bias), device=logits.device)
-            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), device=logits.device)
-        if (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids:
-            out = torch.tensor(seq.output_token_ids, device=logits.device)
-            counts = torch.bincount(out, minlength=vocab).to(logits.dtype)
-            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+
+def _process_row(logits: torch.Tensor, i: int, seq: Sequence) -> None:
+    """This sequence's own logit processing: bias, penalties, grammar mask (row `i`)."""
+    p = seq.params
+    if p.logit_bias:
+        ids = torch.tensor(list(p.logit_bias), device=logits.device)
+        logits[i, ids] += torch.tensor(list(p.logit_bias.values()), device=logits.device)
+    if (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids:
+        out = torch.tensor(seq.output_token_ids, device=logits.device)
+        counts = torch.bincount(out, minlength=logits.shape[-1]).to(logits.dtype)
+        logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+    if p.constraint is not None:
+        p.constraint.mask_logits(logits[i : i + 1])
+
+
+def _fail(failed: dict[int, str], i: int, seq: Sequence, exc: Exception) -> None:
+    logger.exception("request %s failed in the sampler", seq.request_id)
+    failed[i] = f"{type(exc).__name__} in the sampler"
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -50,24 +61,40 @@ def _logprob_entries(
     return list(zip(chosen_lp, top))
 
 
-def sample(
-    logits: torch.Tensor, seqs: list[Sequence]
-) -> tuple[list[int], list[TokenLogprob | None]]:
+@dataclass(frozen=True)
+class SampleResult:
+    """What `sample` chose.
+
+    Attributes:
+        token_ids: one token per row (meaningless for a failed row).
+        logprobs: per row, a `TokenLogprob` when the request asked for logprobs, else None.
+        failed: row -> what failed in that request's own processing (its logit bias,
+            penalties or grammar); those requests end, the other rows are unaffected.
+    """
+
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None]
+    failed: dict[int, str]
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
     """Pick one token per row.
+
+    A failure in one request's own processing (its logit bias, penalties or grammar) fails
+    that row alone: it is reported in `failed`, and the other rows are sampled as usual.
 
     Args:
         logits: `[N, vocab_size]` float32, one row per sequence in `seqs` (modified in place).
         seqs: the sequences being sampled, in row order.
-
-    Returns:
-        The chosen token ids and, per row, a `TokenLogprob` when the request asked for
-        logprobs (else None).
     """
-    _apply_penalties(logits, seqs)
+    failed: dict[int, str] = {}
+    for i, seq in enumerate(seqs):
+        try:
+            _process_row(logits, i, seq)
+        except Exception as exc:  # this request's fault: the batch goes on without it
+            _fail(failed, i, seq, exc)
+            logits[i] = 0.0
     params = [s.params for s in seqs]
-    for i, p in enumerate(params):
-        if p.constraint is not None:
-            p.constraint.mask_logits(logits[i : i + 1])
     greedy = torch.tensor([p.greedy for p in params], device=logits.device)
     chosen = logits.argmax(dim=-1)
     if not bool(greedy.all()):
@@ -84,9 +111,12 @@ def sample(
                 q[i] = torch.empty(probs.shape[-1]).exponential_(generator=seq.generator)
         chosen = torch.where(greedy, chosen, (probs / q).argmax(dim=-1))
     token_ids = chosen.tolist()
-    for p, token in zip(params, token_ids):
-        if p.constraint is not None:
-            p.constraint.accept(token)
+    for i, (seq, token) in enumerate(zip(seqs, token_ids)):
+        if seq.params.constraint is not None and i not in failed:
+            try:
+                seq.params.constraint.accept(token)
+            except Exception as exc:  # this request's fault: the batch goes on without it
+                _fail(failed, i, seq, exc)
     want = [p.logprobs for p in params]
     entries: list[TokenLogprob | None] = [None] * len(seqs)
     if any(w is not None for w in want):
@@ -95,7 +125,7 @@ def sample(
         for i, (chosen_lp, top) in enumerate(_logprob_entries(lp, chosen, num_top)):
             if want[i] is not None:
                 entries[i] = TokenLogprob(token_ids[i], chosen_lp, tuple(top[: want[i]]))
-    return token_ids, entries
+    return SampleResult(token_ids, entries, failed)
 
 
 def prompt_logprobs(logits: torch.Tensor, next_ids: list[int], num_top: int) -> list[TokenLogprob]:

@@ -24,7 +24,7 @@ from configs.model_config import ModelSource
 from deployments.structured_output import GrammarFactory, tool_choice_schema
 from deployments.tokenizer import load_tokenizer
 from deployments.tool_output import ToolSetup
-from deployments.toolcalls.choice import ToolChoice
+from deployments.protocol.tools import ToolChoice, ToolDefinition
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 
@@ -70,7 +70,8 @@ def parser_us_per_token(tokenizer, repeats: int) -> tuple[float, int]:
 def grammar_us_per_token(tokenizer, vocab: int, repeats: int) -> float:
     """Median µs per token for mask + apply + accept along a valid constrained output."""
     factory = GrammarFactory(tokenizer, vocab)
-    schema = tool_choice_schema(ToolChoice("required"), TOOLS, None)
+    tools = [ToolDefinition.model_validate(t) for t in TOOLS]
+    schema = tool_choice_schema(ToolChoice("required"), tools, None)
     text = json.dumps(
         [{"name": "write_file", "parameters": {"path": "fib.py", "content": CODE}}],
         separators=(", ", ": "),

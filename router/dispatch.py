@@ -1,10 +1,14 @@
 """Fallback across a decision's candidates, and the explainable outcome (`Routed`).
 
-Candidates are tried in order. The next one is tried when a model is saturated, down (failed or
-timed out before its first token), returned a server error, or rejected the prompt as too long
-for its context (the router's prompt-length estimate is approximate) while a later candidate
-remains. Nothing is retried after the first token has gone to the client. When every candidate
-fails, the answer is 429 with `Retry-After` if any was saturated, else 503.
+Candidates are tried in order. The next one is tried when a model is saturated, down (a replica
+fault or a timeout before its first token), answered that its engine failed before the first
+token (`engine_error`, `engine_unavailable`: the latter also marks it down), or rejected the
+prompt as too long for its context (the router's prompt-length estimate only routes) while a
+later candidate remains. A request error (4xx) or an unexpected failure while serving this one
+request (`internal_error`, or a replica method that raised) is answered as it is: it would fail
+anywhere, and it says nothing of the model's health. Nothing is retried after the first token
+has gone to the client. When every candidate fails, the answer is 429 with `Retry-After` if any
+was saturated, else 503.
 """
 
 from __future__ import annotations
@@ -13,7 +17,13 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from deployments.protocol.errors import ErrorResponse
+from deployments.protocol.errors import (
+    ENGINE_UNAVAILABLE,
+    INTERNAL_ERROR,
+    ErrorResponse,
+    internal_error,
+)
+from deployments.protocol.request_id import current_request_id
 from router.http_errors import saturated_error, unavailable_error
 from router.metrics import RouterMetrics
 from router.model_pool import CallFailed, ModelPool, ModelStream
@@ -67,8 +77,10 @@ class Routed:
 
 def _pass_reason(answer: BaseModel, last: bool) -> str | None:
     """Why a model's answer sends the request on to the next candidate, or None to keep it."""
-    if not isinstance(answer, ErrorResponse):
+    if not isinstance(answer, ErrorResponse) or answer.error.code == INTERNAL_ERROR:
         return None
+    if answer.error.code == ENGINE_UNAVAILABLE:
+        return "down"
     if answer.status_code >= 500:
         return "error"
     if answer.error.code == "context_length_exceeded" and not last:
@@ -111,6 +123,9 @@ async def dispatch(
                 else pool.unary(model, method, request)
             )
         except CallFailed as exc:
+            if exc.kind == "failed":
+                error = internal_error(current_request_id(), f"model {model}").response()
+                return Routed(model, decision.rule, decision.reason, tuple(tried), error)
             saturated |= exc.kind == "saturated"
             reason: str = exc.kind
             detail = str(exc)
@@ -123,6 +138,8 @@ async def dispatch(
                 result.close()
             assert isinstance(answer, ErrorResponse)
             reason, detail = passed, f"{model}: {answer.error.message}"
+            if passed == "down":
+                pool.health.mark_down(model, answer.error.message[:300])
         metrics.fallbacks.labels(model, reason).inc()
         tried.append(model)
         failures.append(detail)

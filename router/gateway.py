@@ -1,7 +1,8 @@
 """One routed request, shared by the HTTP routes and the Python API.
 
-parse (OpenAI schema, 400 naming the field) → extract features → `decide` (capabilities, then
-rules, then health) → `dispatch` (fallback across candidates) → count the outcome.
+parse (OpenAI schema, 400 naming the field: the one validation of the request) → request limits
+→ extract features → `decide` (capabilities, then rules, then health) → `dispatch` (fallback
+across candidates, the validated request passed on) → count the outcome.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from ray.serve.handle import DeploymentHandle
 
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.limits import check_limits
+from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
-from deployments.protocol.validation import parse_request
+from deployments.protocol.validation import parse_request, wants_stream
 from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.metrics import RouterMetrics
@@ -70,8 +73,8 @@ class Gateway:
         """
         try:
             req = parse_request(schema, request)
-            body = request if isinstance(request, dict) else req.model_dump(exclude_unset=True)
-            features = extract_features(body, headers)
+            check_limits(req, self.config.request_limits)
+            features = extract_features(req, headers)
             decision = self._decide(features)
         except OpenAIError as exc:
             return exc.response()
@@ -82,12 +85,14 @@ class Gateway:
             decision,
             method,
             req,
-            bool(req.stream),
+            wants_stream(req),
             self.config.retry_after_s,
             self.metrics,
         )
         self.metrics.requests.labels(routed.model, routed.rule, str(routed.status)).inc()
-        logger.debug("%s -> %s (%s)", method, routed.model, decision.reason)
+        logger.debug(
+            "request %s: %s -> %s (%s)", current_request_id(), method, routed.model, decision.reason
+        )
         return routed
 
     def _decide(self, features: RequestFeatures) -> Decision:

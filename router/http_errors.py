@@ -11,7 +11,7 @@ import json
 
 from fastapi.responses import JSONResponse
 
-from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.errors import ENGINE_ERROR, ErrorResponse, OpenAIError
 from router.policy import NoHealthyModel, NoModelCanServe, PolicyError, UnknownModel
 
 _CONTEXT_PARAMS = ("messages", "prompt", "max_tokens")
@@ -55,14 +55,29 @@ def unauthorized() -> OpenAIError:
     )
 
 
-def internal_error(exc: Exception) -> OpenAIError:
-    """500 for a failure of the router itself."""
-    return OpenAIError(f"internal error in the router: {exc!r}", status_code=500)
+def mid_stream_error(model: str, detail: str) -> ErrorResponse:
+    """A model stream that failed after its first item, as its final item (no fallback is
+    possible once tokens have gone to the client)."""
+    return OpenAIError(
+        f"model {model} failed mid-stream: {detail}", status_code=500, code=ENGINE_ERROR
+    ).response()
 
 
-def mid_stream_error(exc: Exception) -> ErrorResponse:
-    """A model stream that failed after its first item, as its final item."""
-    return OpenAIError(f"the model server failed mid-stream: {exc!r}", status_code=500).response()
+def not_found(path: str) -> OpenAIError:
+    """404 for a route that does not exist."""
+    return OpenAIError(
+        f"no route {path}: the API serves POST /v1/chat/completions, POST /v1/completions, "
+        "GET /v1/models, GET /metrics and GET /health",
+        status_code=404,
+        code="not_found",
+    )
+
+
+def method_not_allowed(method: str, path: str) -> OpenAIError:
+    """405 for a known route called with the wrong HTTP method."""
+    return OpenAIError(
+        f"{path} does not accept {method}", status_code=405, code="method_not_allowed"
+    )
 
 
 def error_json(

@@ -17,7 +17,6 @@ the Ray cluster.
 # FastAPI reads these annotations at runtime, so no `from __future__ import annotations`.
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -28,20 +27,43 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from configs.model_config import RouterAppConfig
-from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.errors import ErrorResponse, OpenAIError, internal_error
+from deployments.protocol.limits import check_body_size, parse_body
+from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelList
+from deployments.protocol.validation import wants_stream
 from router.auth import authorized
 from router.dispatch import Routed
 from router.gateway import Gateway
-from router.http_errors import error_json, error_sse, internal_error, unauthorized
+from router.http_errors import (
+    error_json,
+    error_sse,
+    method_not_allowed,
+    not_found,
+    unauthorized,
+)
 from router.model_pool import ModelStream
 
 logger = logging.getLogger(__name__)
 
 app = FastAPI(title="ascend-router")
+
+_INLINE_BYTES = 256 * 1024
+"""Bodies up to this size are parsed on the event loop (well under a millisecond)."""
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
+    """Unknown routes and wrong methods, as OpenAI errors instead of Starlette's `detail`."""
+    if exc.status_code == 404:
+        return error_json(not_found(request.url.path))
+    if exc.status_code == 405:
+        return error_json(method_not_allowed(request.method, request.url.path))
+    return error_json(OpenAIError(str(exc.detail), status_code=exc.status_code))
 
 
 async def _sse(items: AsyncGenerator[BaseModel, None]) -> AsyncIterator[str]:
@@ -59,10 +81,6 @@ async def _sse(items: AsyncGenerator[BaseModel, None]) -> AsyncIterator[str]:
 
 async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
     yield item
-
-
-def _wants_stream(request: Any) -> bool:
-    return bool(request.get("stream") if isinstance(request, dict) else request.stream)
 
 
 def _python_result(outcome: Routed | ErrorResponse, stream: bool) -> Any:
@@ -122,12 +140,12 @@ class Router:
         when `request.stream` (call with `handle.options(stream=True)`); errors come back as an
         `ErrorResponse` (the first stream item when streaming)."""
         outcome = await self.gateway.route("chat", ChatCompletionRequest, request, {})
-        return _python_result(outcome, _wants_stream(request))
+        return _python_result(outcome, wants_stream(request))
 
     async def completions(self, request: CompletionRequest | dict[str, Any]) -> Any:
         """Legacy completion: `Completion` or a stream of them; errors as for `chat`."""
         outcome = await self.gateway.route("completions", CompletionRequest, request, {})
-        return _python_result(outcome, _wants_stream(request))
+        return _python_result(outcome, wants_stream(request))
 
     async def models(self) -> ModelList:
         """The served model ids, then the aliases (`auto` included)."""
@@ -144,15 +162,24 @@ class Router:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        limits = self.config.request_limits
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error_json(OpenAIError(f"the request body is not valid JSON: {exc}"))
-        try:
+            declared = request.headers.get("content-length", "")
+            check_body_size(int(declared) if declared.isdigit() else 0, limits)  # before reading
+            raw = await request.body()
+            # a large body is scanned and parsed off the event loop, which other requests share
+            body = (
+                await asyncio.to_thread(parse_body, raw, limits)
+                if len(raw) > _INLINE_BYTES
+                else parse_body(raw, limits)
+            )
             outcome = await self.gateway.route(method, schema, body, request.headers)
-        except Exception as exc:  # a router bug is still answered in OpenAI form
-            logger.exception("%s failed", method)
-            return error_json(internal_error(exc))
+        except OpenAIError as exc:
+            return error_json(exc)
+        except Exception:  # a router bug is still answered in OpenAI form, opaquely
+            rid = current_request_id()
+            logger.exception("request %s: %s failed in the router", rid, method)
+            return error_json(internal_error(rid, "the router"))
         return _http_result(outcome)
 
     @app.post("/v1/chat/completions")

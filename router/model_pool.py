@@ -5,10 +5,18 @@ stream item, or the whole non-streamed response) has come after `first_token_tim
 model is probed and the call ends unless the probe succeeds, and no call waits longer than
 `response_timeout_s`; while the Serve controller reports the model's deployment as still
 starting (`router.deployment_status`), the call waits without probing. The policy skips a
-deployment reported failed, and one still starting while another candidate serves. A failed
-call is classified: Ray's `BackPressureError` (the handle's `max_queued_requests` is exceeded)
-and the router's own limit mean *saturated*; a timeout or any other failure means *down* and
-marks the model down until a probe succeeds (`router.health`).
+deployment reported failed, and one still starting while another candidate serves.
+
+A failed call is classified, and only replica faults touch health:
+- *saturated*: Ray's `BackPressureError` (the handle's `max_queued_requests` is exceeded) or
+  the router's own limit;
+- *down* (a replica fault): a first-item timeout, or a replica that died or cannot be reached
+  (`RayActorError`, `ReplicaUnavailableError`, ...); the model is marked down until a probe
+  succeeds (`router.health`);
+- *failed*: the replica's method raised for this request (`RayTaskError`): the replica lives,
+  so health is unchanged; the request ends with an opaque 500.
+A started stream that yields nothing for `inter_token_timeout_s` is cancelled (the replica aborts
+the engine request and frees its KV blocks) and ends with an error event.
 """
 
 from __future__ import annotations
@@ -19,10 +27,16 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from ray.serve.exceptions import BackPressureError
+from ray.exceptions import RayActorError, RaySystemError, RayTaskError
+from ray.serve.exceptions import (
+    BackPressureError,
+    DeploymentUnavailableError,
+    ReplicaUnavailableError,
+)
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from configs.model_config import RouterAppConfig
+from deployments.protocol.request_id import current_request_id
 from router.deployment_status import DeploymentStatusView
 from router.health import HealthView
 from router.http_errors import mid_stream_error
@@ -31,7 +45,23 @@ from router.policy import ModelCapabilities, ModelState
 
 logger = logging.getLogger(__name__)
 
-FailureKind = Literal["saturated", "down"]
+FailureKind = Literal["saturated", "down", "failed"]
+
+# Raised by a handle call when no replica could take or finish it: replica faults.
+_REPLICA_FAULTS: tuple[type[BaseException], ...] = (
+    RayActorError,
+    RaySystemError,
+    ReplicaUnavailableError,
+    DeploymentUnavailableError,
+    TimeoutError,
+)
+
+
+def _replica_fault(exc: Exception) -> bool:
+    """Whether a failed call says the replica is at fault (not this one request)."""
+    if isinstance(exc, RayTaskError):  # the method raised: look at what it raised
+        return isinstance(exc.cause, _REPLICA_FAULTS)
+    return isinstance(exc, _REPLICA_FAULTS)
 
 
 class CallFailed(Exception):
@@ -39,7 +69,8 @@ class CallFailed(Exception):
 
     Attributes:
         model: The model id.
-        kind: `saturated` (over its queue limit) or `down` (failed or timed out; now marked down).
+        kind: `saturated` (over its queue limit), `down` (a replica fault or a timeout; now
+            marked down) or `failed` (the replica raised for this request; health unchanged).
     """
 
     def __init__(self, model: str, kind: FailureKind, detail: str) -> None:
@@ -58,21 +89,37 @@ class ModelStream:
     """
 
     def __init__(
-        self, first: BaseModel, response: DeploymentResponseGenerator, done: Callable[[], None]
+        self,
+        model: str,
+        first: BaseModel,
+        response: DeploymentResponseGenerator,
+        done: Callable[[], None],
+        inter_token_timeout_s: float,
     ) -> None:
+        self.model = model
         self.first = first
         self._response = response
         self._done: Callable[[], None] | None = done
+        self._timeout_s = inter_token_timeout_s
 
     async def items(self) -> AsyncGenerator[BaseModel, None]:
-        """The first item, then the rest; a failure mid-stream becomes a final error item."""
+        """The first item, then the rest; a failure or a stall mid-stream becomes a final
+        error item (and the model's request is cancelled)."""
+        rid = current_request_id()
         try:
             yield self.first
-            async for item in self._response:
+            while True:
+                try:
+                    item = await asyncio.wait_for(anext(self._response), self._timeout_s)
+                except StopAsyncIteration:
+                    return
                 yield item
-        except Exception as exc:  # reported to the client as the stream's last event
-            logger.exception("model stream failed after its first item")
-            yield mid_stream_error(exc)
+        except asyncio.TimeoutError:
+            logger.warning("request %s: %s sent nothing for %s s", rid, self.model, self._timeout_s)
+            yield mid_stream_error(self.model, f"no output for {self._timeout_s} s")
+        except Exception:  # reported to the client as the stream's last event
+            logger.exception("request %s: stream from %s failed mid-stream", rid, self.model)
+            yield mid_stream_error(self.model, f"the stream broke (request {rid})")
         finally:
             self.close()
 
@@ -190,7 +237,13 @@ class ModelPool:
         except BaseException:
             self.load.release(model)
             raise
-        return ModelStream(first, response, lambda: self.load.release(model))
+        return ModelStream(
+            model,
+            first,
+            response,
+            lambda: self.load.release(model),
+            self.config.inter_token_timeout_s,
+        )
 
     def _admit(self, model: str) -> None:
         if self.load.saturated(model):
@@ -221,14 +274,22 @@ class ModelPool:
                 try:
                     await self.probe(model)
                 except Exception as exc:
+                    logger.warning("probe of %s failed: %r", model, exc)
                     raise TimeoutError(
-                        f"no answer in {self.first_token_s} s and the health probe failed: {exc!r}"
+                        f"no answer in {self.first_token_s} s and the health probe failed"
                     ) from exc
         except BackPressureError as exc:
             raise CallFailed(model, "saturated", exc.message) from exc
         except Exception as exc:
             cancel()
-            detail = f"{exc}" if isinstance(exc, TimeoutError) else f"the call failed: {exc!r}"
+            rid = current_request_id()
+            if not _replica_fault(exc):
+                logger.error("request %s: %s raised for this request: %s", rid, model, exc)
+                raise CallFailed(model, "failed", f"the call raised (request {rid})") from exc
+            detail = (
+                str(exc) if isinstance(exc, TimeoutError) else "its replica died or is unreachable"
+            )
+            logger.warning("request %s: %s is down: %r", rid, model, exc)
             self.health.mark_down(model, detail[:300])
             raise CallFailed(model, "down", detail[:300]) from exc
         except asyncio.CancelledError:  # our caller went away: so does the model's request

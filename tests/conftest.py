@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-CASES = REPO.parent / "shared" / "cases"
 SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
 
 

@@ -8,6 +8,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+INTERNAL_ERROR = "internal_error"
+"""500: an unexpected failure while serving this one request (a bug, logged with its traceback
+under the request id). It says nothing of the replica's health, and is not retried elsewhere."""
+
+ENGINE_ERROR = "engine_error"
+"""500: the engine failed the step that carried this request before its first token (a forward
+pass that raised). The router may try another model; the replica's health is unchanged."""
+
+ENGINE_UNAVAILABLE = "engine_unavailable"
+"""503: the replica's engine loop is not running (a replica fault): the router marks the model
+down and tries another; Ray Serve replaces the replica after its health check fails."""
+
 
 class ErrorDetail(BaseModel):
     """The inner error object."""
@@ -58,6 +70,22 @@ class OpenAIError(Exception):
         """This error as a response object."""
         detail = ErrorDetail(message=str(self), type=self.type, param=self.param, code=self.code)
         return ErrorResponse(error=detail, status_code=self.status_code)
+
+
+def internal_error(request_id: str, where: str) -> OpenAIError:
+    """The opaque 500 for an unexpected exception: the client gets the request id, never the
+    exception (its traceback goes to the server log under that id).
+
+    Args:
+        request_id: The request's `X-Request-ID`.
+        where: Which component failed, e.g. `the router`, `model smollm2-long`.
+    """
+    return OpenAIError(
+        f"internal error in {where} while serving request {request_id}; the server log has "
+        "the details under this id",
+        status_code=500,
+        code=INTERNAL_ERROR,
+    )
 
 
 def _type_for(status: int) -> str:

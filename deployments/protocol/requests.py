@@ -3,14 +3,28 @@
 Field names, types and ranges follow the OpenAI API reference (Chat Completions and legacy
 Completions). Explicit JSON `null` means "use the default" for every optional field, and
 unknown fields are ignored, as OpenAI does. A few vLLM extensions are accepted
-(`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`).
+(`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`). `tools`, `tool_choice`,
+`response_format` and assistant `tool_calls` are typed in `deployments.protocol.tools`.
+
+A request is validated once, at the router's edge (`deployments.protocol.validation`), and the
+validated model travels on to the model replica, whose code reads its typed fields.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
+
+from deployments.protocol.tools import (
+    ResponseFormat,
+    ResponseFormatKind,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceParam,
+    ToolDefinition,
+    by_type,
+)
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -32,7 +46,7 @@ class ImagePart(_Base):
     type: Literal["image_url", "input_audio", "file"]
 
 
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+ContentPart = by_type(TextPart, ImagePart)
 
 
 class ChatMessage(_Base):
@@ -41,7 +55,7 @@ class ChatMessage(_Base):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 
@@ -79,7 +93,7 @@ class _SamplingFields(_Base):
     n: int | None = Field(None, ge=1, le=16)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    stream: bool | None = None
+    stream: StrictBool | None = None  # strict: `wants_stream` reads raw bodies the same way
     stream_options: StreamOptions | None = None
     seed: int | None = None
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
@@ -119,11 +133,31 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoiceParam | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     continue_final_message: bool | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_in_tools(
+        cls, v: ToolChoiceParam | None, info: ValidationInfo
+    ) -> ToolChoiceParam | None:
+        ToolChoice.resolve(v, info.data.get("tools"))  # `tools` is validated before this field
+        return v
+
+    def resolved_tool_choice(self) -> ToolChoice:
+        """`tool_choice` with OpenAI's default applied (checked against `tools` at parse)."""
+        return ToolChoice.resolve(self.tool_choice, self.tools)
+
+    def response_format_kind(self) -> ResponseFormatKind:
+        """`response_format.type`; `text` when omitted."""
+        return self.response_format.type if self.response_format is not None else "text"
+
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        """`tools` as OpenAI objects (for chat templates and tool-call parsers); None if none."""
+        return [t.as_dict() for t in self.tools] if self.tools else None
 
     def output_limit(self) -> int | None:
         """`max_completion_tokens` wins over the deprecated `max_tokens` (vLLM behaviour)."""

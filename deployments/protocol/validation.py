@@ -1,4 +1,4 @@
-"""Request parsing with OpenAI-style errors."""
+"""Request parsing with OpenAI-style errors: the one place a request body becomes a typed model."""
 
 from __future__ import annotations
 
@@ -7,15 +7,48 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from deployments.protocol.errors import OpenAIError
+from deployments.protocol.tools import TYPE_TAG_ERROR
 
 M = TypeVar("M", bound=BaseModel)
 
+# pydantic puts union members and validator wrappers in an error's `loc`
+# (`str`, `list[...]`, `literal['a','b']`, `NamedToolChoice`, `function-after[...]`): they are
+# not request fields, so `param` leaves them out.
+_NOT_FIELDS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
-def parse_request(model: type[M], body: M | dict[str, Any]) -> M:
-    """Validate a request body against its protocol model.
+
+def _is_field(part: str | int) -> bool:
+    if isinstance(part, int):
+        return True
+    return not (part in _NOT_FIELDS or part[:1].isupper() or "[" in part or "(" in part)
+
+
+def error_param(loc: tuple[str | int, ...]) -> str:
+    """A pydantic error location as an OpenAI `param`, e.g. `messages[2].tool_calls[0].id`."""
+    out = ""
+    for part in loc:
+        if not _is_field(part):
+            continue
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    # the deepest location is the most specific: in a union it is the member that was meant
+    errors = exc.errors(include_url=False, include_input=False)
+    first = max(errors, key=lambda e: len([p for p in e["loc"] if _is_field(p)]))
+    param = error_param(first["loc"])
+    if first["type"] == TYPE_TAG_ERROR:  # a union discriminated on `type` (tools.by_type)
+        param += ".type"
+    return param, first["msg"]
+
+
+def parse_request(model: type[M], body: M | dict[str, Any] | Any) -> M:
+    """Validate a request body against its protocol model (a model instance passes as is).
 
     Raises:
-        OpenAIError: 400 naming the first bad field (dotted path) and what is wrong with it.
+        OpenAIError: 400 naming the first bad field (e.g. `messages[1].tool_calls[0].id`) and
+            what is wrong with it.
     """
     if isinstance(body, model):
         return body
@@ -24,8 +57,16 @@ def parse_request(model: type[M], body: M | dict[str, Any]) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
-        msg = first["msg"]
+        param, msg = _first_error(exc)
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise OpenAIError(f"invalid value for '{loc}': {msg}{more}", param=loc or None) from None
+        raise OpenAIError(
+            f"invalid value for '{param}': {msg}{more}", param=param or None
+        ) from None
+
+
+def wants_stream(body: BaseModel | dict[str, Any] | Any) -> bool:
+    """Whether a request asks for a stream: its validated `stream` field or, for a body that
+    failed validation, a literal `"stream": true` (so its error is delivered the same way)."""
+    if isinstance(body, BaseModel):
+        return bool(getattr(body, "stream", False))
+    return isinstance(body, dict) and body.get("stream") is True

@@ -2,7 +2,7 @@
 
 * `"none"`: text only; markup the model writes anyway comes back as content.
 * `"auto"`: the family's parser decides.
-* `"required"` / `{"type": "function", "function": {"name": N}}`: enforced by constrained
+* `"required"` / a named function N (kind `named`): enforced by constrained
   decoding when the engine has it (`constrained=True`: the output is a JSON array of calls, or
   N's arguments object, see `forced.py`); otherwise the family's native parser reads the output
   (vllm-project/vllm#39056: a JSON-only `required` path lost native XML calls) and, for a named
@@ -14,67 +14,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
+from deployments.protocol.tools import ToolChoice, parse_tool_choice
 from deployments.toolcalls.assemble import assemble, finish_reason, parse_text
-from deployments.toolcalls.base import ToolParser, index_tools
+from deployments.toolcalls.base import ToolParser
 from deployments.toolcalls.forced import NamedFunctionParser, RequiredListParser
 from deployments.toolcalls.plain import PlainTextParser
 from deployments.toolcalls.registry import get_parser
 
 logger = logging.getLogger(__name__)
-
-_MODES = ("none", "auto", "required")
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """A validated `tool_choice`.
-
-    Attributes:
-        mode: `"none"`, `"auto"`, `"required"` or `"function"`.
-        function: The forced function's name when `mode == "function"`.
-    """
-
-    mode: str
-    function: str | None = None
-
-    @classmethod
-    def parse(cls, value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
-        """Validate a request's `tool_choice` against its `tools`.
-
-        Args:
-            value: The request's value; None means OpenAI's default (`"auto"` with tools,
-                `"none"` without).
-            tools: The request's tools.
-
-        Raises:
-            ValueError: An unknown value, `"required"` or a named function without tools, or a
-                named function that is not among the tools (the server answers 400).
-        """
-        if value is None:
-            return cls("auto" if tools else "none")
-        if value in _MODES:
-            if value == "required" and not tools:
-                raise ValueError("tool_choice 'required' needs a non-empty 'tools' list")
-            return cls(str(value))
-        fn = value.get("function") if isinstance(value, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if (
-            not isinstance(value, dict)
-            or value.get("type") != "function"
-            or not isinstance(name, str)
-        ):
-            raise ValueError(
-                f"invalid tool_choice {value!r}; expected 'none', 'auto', 'required' or "
-                '{"type": "function", "function": {"name": "..."}}'
-            )
-        declared = index_tools(tools) or {}
-        if name not in declared:
-            known = ", ".join(declared) or "none declared"
-            raise ValueError(f"tool_choice names function {name!r}, not in tools ({known})")
-        return cls("function", name)
 
 
 def parser_for_choice(
@@ -87,7 +36,7 @@ def parser_for_choice(
     """The parser that reads an output produced under `choice`.
 
     Args:
-        choice: The validated tool choice.
+        choice: The resolved tool choice.
         parser_name: The family's parser (a key of `registry.PARSERS`).
         tools: The request's tools.
         prompt_suffix: The end of the rendered prompt.
@@ -96,12 +45,12 @@ def parser_for_choice(
     Raises:
         ValueError: Unknown parser name.
     """
-    if choice.mode == "none":
+    if choice.kind == "none":
         return PlainTextParser(None, prompt_suffix)
-    if constrained and choice.mode == "function":
-        assert choice.function is not None, "a function choice without a name"
+    if constrained and choice.kind == "named":
+        assert choice.function is not None, "a named choice without a name"
         return NamedFunctionParser(choice.function, tools, prompt_suffix)
-    if constrained and choice.mode == "required":
+    if constrained and choice.kind == "required":
         return RequiredListParser(tools, prompt_suffix)
     return get_parser(parser_name, tools, prompt_suffix)
 
@@ -120,9 +69,9 @@ def finalize(
         `message` with `tool_calls` restricted to the choice and a `finish_reason` key.
     """
     calls = list(message["tool_calls"])
-    if choice.mode == "none":
+    if choice.kind == "none":
         assert not calls, "tool_choice 'none' produced a call"
-    if choice.mode == "function":
+    if choice.kind == "named":
         kept = [c for c in calls if c["function"]["name"] == choice.function][:1]
         if len(kept) != len(calls):
             logger.warning(
@@ -166,6 +115,6 @@ def apply_tool_choice(
     Raises:
         ValueError: Invalid `tool_choice` for `tools`, or an unknown parser.
     """
-    choice = ToolChoice.parse(tool_choice, tools)
+    choice = parse_tool_choice(tool_choice, tools)
     parser = parser_for_choice(choice, parser_name, tools, prompt_suffix, bool(constrained_output))
     return finalize(assemble(parse_text(parser, raw)), choice, engine_finish_reason)

@@ -10,7 +10,6 @@ from router.policy.capabilities import Rejection, check_capabilities
 from router.policy.config import AUTO_ALIAS, Condition, ModelCapabilities, PolicyConfig, Rule
 from router.policy.decide import Decision, decide
 from router.policy.errors import (
-    InvalidRequest,
     NoHealthyModel,
     NoModelCanServe,
     PolicyError,
@@ -31,7 +30,6 @@ __all__ = [
     "TENANT_HEADER",
     "Condition",
     "Decision",
-    "InvalidRequest",
     "ModelCapabilities",
     "ModelState",
     "NoHealthyModel",

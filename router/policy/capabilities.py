@@ -17,17 +17,23 @@ class Rejection:
     Attributes:
         param: The request field at fault (OpenAI error `param`), e.g. `"max_tokens"`.
         reason: Human-readable explanation with the numbers involved.
+        estimated: The rejection rests on the prompt-length estimate (context length), which
+            only routes: when no model passes, such models are still tried, and the replica's
+            exact count decides.
     """
 
     param: str
     reason: str
+    estimated: bool = False
 
 
 def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Rejection | None:
     """Check a request against one model's capabilities.
 
-    The context check uses the estimated prompt tokens: prompt + `max_tokens` must fit in
-    `context_length`; without `max_tokens`, the prompt must leave room for one token.
+    Capabilities are checked first, the context last (so a rejection for context means every
+    capability is there). The context check uses the estimated prompt tokens: prompt +
+    `max_tokens` must fit in `context_length`; without `max_tokens`, the prompt must leave
+    room for one token.
 
     Args:
         features: The request's features.
@@ -36,20 +42,6 @@ def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Re
     Returns:
         `None` when the model can serve the request, else the first failed check.
     """
-    prompt = features.estimated_prompt_tokens
-    if prompt >= caps.context_length:
-        return Rejection(
-            features.input_field,
-            f"prompt of ~{prompt} tokens (estimated as characters / 4) does not fit the "
-            f"{caps.context_length}-token context",
-        )
-    if features.max_tokens is not None and prompt + features.max_tokens > caps.context_length:
-        return Rejection(
-            "max_tokens",
-            f"prompt of ~{prompt} tokens (estimated as characters / 4) + max_tokens "
-            f"{features.max_tokens} exceeds the "
-            f"{caps.context_length}-token context",
-        )
     if features.has_tools and not caps.supports_tools:
         return Rejection("tools", "does not support tools")
     if features.response_format != "text" and not caps.supports_structured_output:
@@ -59,4 +51,20 @@ def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Re
         )
     if features.stream and not caps.supports_streaming:
         return Rejection("stream", "does not support streaming")
+    prompt = features.estimated_prompt_tokens
+    if prompt >= caps.context_length:
+        return Rejection(
+            features.input_field,
+            f"prompt of ~{prompt} tokens (estimated as characters / 4) does not fit the "
+            f"{caps.context_length}-token context",
+            estimated=True,
+        )
+    if features.max_tokens is not None and prompt + features.max_tokens > caps.context_length:
+        return Rejection(
+            "max_tokens",
+            f"prompt of ~{prompt} tokens (estimated as characters / 4) + max_tokens "
+            f"{features.max_tokens} exceeds the "
+            f"{caps.context_length}-token context",
+            estimated=True,
+        )
     return None

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from router.policy.features import ResponseFormatKind, ToolChoiceKind
+from deployments.protocol.tools import ResponseFormatKind, ToolChoiceKind
 from router.policy.validation import check_policy
 
 AUTO_ALIAS = "auto"

@@ -125,6 +125,7 @@ def _filter(
     rejected: dict[str, str] = {}
     params: list[str] = []
     eligible: list[str] = []
+    by_estimate: list[str] = []
     any_capable = False
     for model in targets:
         caps = models.get(model)
@@ -132,16 +133,23 @@ def _filter(
             f"policy names unserved model {model!r}; call PolicyConfig.validate_against first"
         )
         rejection = check_capabilities(features, caps)
+        healthy = states.get(model, _UNREPORTED).healthy
         if rejection is not None:
             rejected[model] = rejection.reason
             params.append(rejection.param)
-        elif not states.get(model, _UNREPORTED).healthy:
+            if rejection.estimated and healthy:
+                by_estimate.append(model)
+        elif not healthy:
             any_capable = True
             rejected[model] = "unhealthy"
         else:
             eligible.append(model)
     detail = "; ".join(f"{model}: {reason}" for model, reason in rejected.items())
-    if not eligible:
+    if not eligible and by_estimate:
+        # the estimate only routes: the longest context tries it, and counts exactly
+        eligible = sorted(by_estimate, key=lambda m: -models[m].context_length)
+        why += "; no context fits the estimate, so the longest context counts exactly"
+    elif not eligible:
         if any_capable:
             raise NoHealthyModel(
                 f"no healthy model can serve this request ({why}): {detail}", rejected

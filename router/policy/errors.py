@@ -20,10 +20,6 @@ class PolicyError(ValueError):
         self.param = param
 
 
-class InvalidRequest(PolicyError):
-    """A routing-relevant field has the wrong type or value (HTTP 400)."""
-
-
 class UnknownModel(PolicyError):
     """The request's `model` is neither a served model id nor an alias (HTTP 404)."""
 

@@ -1,31 +1,23 @@
 """What the policy sees of a request (`RequestFeatures`) and of a model (`ModelState`).
 
-`extract_features` reads an OpenAI chat (`messages`) or completions (`prompt`) body that has
-already passed schema validation; it never tokenises, so it is cheap enough for every request.
+`extract_features` reads a validated OpenAI chat or completions request (typed fields, read
+once); it never tokenises, so it is cheap enough for every request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from router.policy.errors import InvalidRequest
-from router.policy.prompt_tokens import (
-    estimate_chat_tokens,
-    estimate_completion_tokens,
-    is_token_id,
-)
+from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.tools import ResponseFormatKind, ToolChoiceKind
+from router.policy.prompt_tokens import estimate_chat_tokens, estimate_completion_tokens
 
-ToolChoiceKind = Literal["none", "auto", "required", "named"]
-ResponseFormatKind = Literal["text", "json_object", "json_schema"]
 InputField = Literal["messages", "prompt"]
 
 TENANT_HEADER = "x-ascend-router-tenant"
 PRIORITY_HEADER = "x-ascend-router-priority"
-
-_TOOL_CHOICE_STRINGS: frozenset[str] = frozenset({"none", "auto", "required"})
-_RESPONSE_FORMATS: frozenset[str] = frozenset({"text", "json_object", "json_schema"})
 
 
 @dataclass(frozen=True)
@@ -92,98 +84,42 @@ class ModelState:
         return self.queue_limit is not None and self.queued >= self.queue_limit
 
 
-def extract_features(body: Mapping[str, Any], headers: Mapping[str, str]) -> RequestFeatures:
-    """Extract the routing features of a chat or completions request.
+def extract_features(
+    request: ChatCompletionRequest | CompletionRequest, headers: Mapping[str, str]
+) -> RequestFeatures:
+    """Extract the routing features of a validated chat or completions request.
 
     Args:
-        body: The decoded JSON body of `/v1/chat/completions` (has `messages`) or
-            `/v1/completions` (has `prompt`).
+        request: The request, already validated (`deployments.protocol.validation`), so its
+            fields are typed and nothing here re-checks them.
         headers: Request headers; names are matched case-insensitively.
 
     Returns:
         The request's features. `estimated_prompt_tokens` is a cheap estimate, not a token
         count: ceil(characters / 4) over all text (see `router.policy.prompt_tokens`).
-
-    Raises:
-        InvalidRequest: A routing-relevant field has the wrong type or an unknown value; its
-            `param` names the field.
     """
-    if "messages" in body:
+    if isinstance(request, ChatCompletionRequest):
         input_field: InputField = "messages"
-        prompt_tokens = estimate_chat_tokens(body["messages"], body.get("tools"))
-    elif "prompt" in body:
-        input_field = "prompt"
-        prompt_tokens = estimate_completion_tokens(body["prompt"])
+        prompt_tokens = estimate_chat_tokens(request)
+        tool_choice = request.resolved_tool_choice().kind
+        response_format = request.response_format_kind()
     else:
-        raise InvalidRequest(
-            "request body has neither 'messages' (chat) nor 'prompt' (completions)",
-            param="messages",
-        )
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InvalidRequest(f"'model' must be a string, got {model!r}", param="model")
-    limit = body.get("max_completion_tokens")
-    limit_field = "max_completion_tokens"
-    if limit is None:
-        limit, limit_field = body.get("max_tokens"), "max_tokens"
-    tools = body.get("tools")
-    has_tools = isinstance(tools, list) and len(tools) > 0
+        input_field = "prompt"
+        prompt_tokens = estimate_completion_tokens(request.prompt)
+        tool_choice, response_format = "none", "text"
     return RequestFeatures(
-        model=model,
-        temperature=_number(body, "temperature"),
-        top_p=_number(body, "top_p"),
-        max_tokens=_token_limit(limit, limit_field),
-        stream=bool(body.get("stream") or False),
-        has_tools=has_tools,
-        tool_choice=_tool_choice_kind(body.get("tool_choice"), has_tools),
-        response_format=_response_format_kind(body.get("response_format")),
+        model=request.model,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_tokens=request.output_limit(),
+        stream=bool(request.stream),
+        has_tools=bool(getattr(request, "tools", None)),
+        tool_choice=tool_choice,
+        response_format=response_format,
         estimated_prompt_tokens=prompt_tokens,
         tenant=_header(headers, TENANT_HEADER),
         priority=_header(headers, PRIORITY_HEADER),
         input_field=input_field,
-    )
-
-
-def _number(body: Mapping[str, Any], field: str) -> float | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(f"'{field}' must be a number, got {value!r}", param=field)
-    return float(value)
-
-
-def _token_limit(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if not is_token_id(value) or value < 0:
-        raise InvalidRequest(f"'{field}' must be a non-negative integer, got {value!r}", field)
-    return int(value)
-
-
-def _tool_choice_kind(value: Any, has_tools: bool) -> ToolChoiceKind:
-    if value is None:
-        return "auto" if has_tools else "none"
-    if isinstance(value, str) and value in _TOOL_CHOICE_STRINGS:
-        return value  # type: ignore[return-value]  # narrowed by the membership test
-    if isinstance(value, Mapping) and value.get("type") == "function":
-        return "named"
-    raise InvalidRequest(
-        f"'tool_choice' must be 'none', 'auto', 'required' or "
-        f"{{'type': 'function', 'function': {{'name': ...}}}}, got {value!r}",
-        param="tool_choice",
-    )
-
-
-def _response_format_kind(value: Any) -> ResponseFormatKind:
-    if value is None:
-        return "text"
-    kind = value.get("type") if isinstance(value, Mapping) else None
-    if isinstance(kind, str) and kind in _RESPONSE_FORMATS:
-        return kind  # type: ignore[return-value]  # narrowed by the membership test
-    raise InvalidRequest(
-        f"'response_format.type' must be one of {sorted(_RESPONSE_FORMATS)}, got {value!r}",
-        param="response_format.type" if isinstance(value, Mapping) else "response_format",
     )
 
 

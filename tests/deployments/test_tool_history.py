@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.requests import ChatMessage
+from deployments.protocol.requests import ChatCompletionRequest, ChatMessage
+from deployments.protocol.validation import parse_request
 from deployments.tool_history import normalize_history
 
 
@@ -64,24 +65,12 @@ def test_calls_anywhere_in_history_and_arguments_as_objects() -> None:
             "messages[1].tool_calls[1].id",
             "twice",
         ),
-        (
-            [USER, {"role": "assistant", "tool_calls": [call("a", "{not json")]}],
-            "messages[1].tool_calls[0].function.arguments",
-            "not JSON",
-        ),
-        (
-            [USER, {"role": "assistant", "tool_calls": [call("a", "[1]")]}],
-            "messages[1].tool_calls[0].function.arguments",
-            "object",
-        ),
     ],
     ids=[
         "dangling",
         "tool-without-id",
         "orphan-tool",
         "duplicate-id",
-        "args-not-json",
-        "args-not-object",
     ],
 )
 def test_bad_histories_are_400(history: list[dict], param: str, fragment: str) -> None:
@@ -99,3 +88,16 @@ def test_lenient_mode_accepts_loose_pairing() -> None:
         {"role": "tool", "tool_call_id": "zz", "content": "x"},
     )
     assert len(normalize_history(loose, strict=False)) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [("{not json", "not JSON"), ("[1]", "object"), (7, "valid")],
+    ids=["args-not-json", "args-not-object", "args-number"],
+)
+def test_bad_call_shapes_are_400_when_the_request_is_parsed(args: Any, fragment: str) -> None:
+    body = {"messages": [USER, {"role": "assistant", "tool_calls": [call("a", args)]}]}
+    with pytest.raises(OpenAIError) as info:
+        parse_request(ChatCompletionRequest, body)
+    assert info.value.param == "messages[1].tool_calls[0].function.arguments"
+    assert fragment in str(info.value)

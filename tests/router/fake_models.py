@@ -13,11 +13,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
+from ray.exceptions import ActorDiedError
 from ray.serve.exceptions import BackPressureError
 
-from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.errors import (
+    ENGINE_ERROR,
+    ENGINE_UNAVAILABLE,
+    ErrorResponse,
+    OpenAIError,
+    internal_error,
+)
 
-Behaviour = Literal["ok", "slow", "dead", "backpressure", "crash", "error500", "context"]
+Behaviour = Literal[
+    "ok",
+    "slow",
+    "dead",
+    "backpressure",
+    "crash",
+    "raises",
+    "error500",
+    "internal",
+    "engine_dead",
+    "context",
+]
 
 
 class Answer(BaseModel):
@@ -67,8 +85,12 @@ class FakeHandle:
     Args:
         model: The model id (what `Answer.model` says).
         behaviour: `ok`; `slow` (answers after `delay_s`, probes succeed); `dead` (calls and
-            probes never answer); `backpressure` (Ray's queue limit); `crash` (the call raises);
-            `error500` (a server `ErrorResponse`); `context` (a 400 context-length error).
+            probes never answer); `backpressure` (Ray's queue limit); `crash` (the replica died:
+            Ray's `ActorDiedError`); `raises` (the replica's method raised for this request);
+            `error500` (the engine failed before the first token: `engine_error`); `internal`
+            (an unexpected failure serving this request: `internal_error`); `engine_dead` (the
+            engine loop is not running: `engine_unavailable`); `context` (a 400
+            context-length error).
         delay_s: Seconds a `slow` model takes.
     """
 
@@ -101,9 +123,15 @@ class FakeHandle:
         if self.behaviour == "backpressure":
             raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
         if self.behaviour == "crash":
-            raise RuntimeError("replica died")
+            raise ActorDiedError()
+        if self.behaviour == "raises":
+            raise RuntimeError("a bug that this request triggers")
         if self.behaviour == "error500":
-            return OpenAIError("engine failed", status_code=500).response()
+            return OpenAIError("engine failed", status_code=500, code=ENGINE_ERROR).response()
+        if self.behaviour == "internal":
+            return internal_error("rid", "model").response()
+        if self.behaviour == "engine_dead":
+            return OpenAIError("no engine", status_code=503, code=ENGINE_UNAVAILABLE).response()
         if self.behaviour == "context":
             return OpenAIError(
                 "too long", param="messages", code="context_length_exceeded"

@@ -81,6 +81,10 @@ FALLBACK_CASES = [
     ("crash", "ok", 200, "b", "a", None, True),
     ("dead", "ok", 200, "b", "a", None, True),
     ("error500", "ok", 200, "b", "a", None, False),
+    ("engine_dead", "ok", 200, "b", "a", None, True),
+    # a request's own failure is answered as it is: no fallback, no health change
+    ("raises", "ok", 500, "a", None, None, False),
+    ("internal", "ok", 500, "a", None, None, False),
     ("context", "ok", 200, "b", "a", None, False),
     ("context", "context", 400, "b", "a", None, False),
     ("backpressure", "backpressure", 429, "b", "a", "3", False),
@@ -118,8 +122,10 @@ def test_fallback(
         assert result == Answer(model=model) if status == 200 else is_error(result, status)
         assert gateway.pool.health.healthy("a") is not a_down
         assert sum(gateway.pool.load.counts.values()) == 0, "in-flight counts leaked"
-        if a_down:
+        if a in ("crash", "dead"):
             assert gateway.pool.handles["a"].sent()[0].cancelled  # type: ignore[attr-defined]
+        if status == 500:
+            assert result.error.code == "internal_error" and "Error" not in result.error.message
 
     asyncio.run(run())
 

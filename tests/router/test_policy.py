@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from deployments.protocol.errors import OpenAIError
+from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.validation import parse_request
 from router.policy import (
     Decision,
-    InvalidRequest,
     ModelCapabilities,
     ModelState,
     NoHealthyModel,
@@ -132,6 +134,18 @@ DECIDE_CASES = [
          response_format="json_object"),
     case("unhealthy-dropped", "default", ["small"], ("mid",), states=MID_DOWN),
     case("saturated-kept", "default", ["mid", "small"], states=SMALL_FULL),
+    # the prompt estimate only routes: with no context fitting it, the longest context is tried
+    # (its replica counts exactly and gives the 400)
+    case("estimate-beyond-pinned", "model:small", ["small"], ("small",), model="small",
+         estimated_prompt_tokens=5000),
+    case("estimate-beyond-completions", "model:small", ["small"], ("small",), model="small",
+         estimated_prompt_tokens=5000, input_field="prompt"),
+    case("estimate-plus-max-tokens", "model:small", ["small"], ("small",), model="small",
+         estimated_prompt_tokens=3000, max_tokens=2000),
+    case("estimate-beyond-rule-targets", "tenant-acme", ["big"], ("big",), tenant="acme",
+         estimated_prompt_tokens=200000),
+    case("estimate-beyond-all-longest-first", "long-prompt", ["big", "mid"], ("big", "mid"),
+         estimated_prompt_tokens=10**9),
 ]
 # fmt: on
 
@@ -166,20 +180,12 @@ ERROR_CASES = [
     error("unknown-model", UnknownModel, "model", "'gpt-4' does not exist", model="gpt-4"),
     error("pinned-without-tools", NoModelCanServe, "tools", "small: does not support tools",
           model="small", **TOOLS),
-    error("prompt-exceeds-context", NoModelCanServe, "messages", "4096-token context",
-          model="small", estimated_prompt_tokens=5000),
-    error("completions-prompt-too-long", NoModelCanServe, "prompt", "4096-token context",
-          model="small", estimated_prompt_tokens=5000, input_field="prompt"),
-    error("prompt-plus-max-tokens", NoModelCanServe, "max_tokens", "max_tokens 2000",
-          model="small", estimated_prompt_tokens=3000, max_tokens=2000),
     error("pinned-without-streaming", NoModelCanServe, "stream", "streaming", model="nostream",
           stream=True),
     error("pinned-without-structured", NoModelCanServe, "response_format", "structured output",
           model="small", response_format="json_schema"),
     error("alias-all-incapable", NoModelCanServe, "response_format",
           "nostream: does not support structured", model="batch", response_format="json_object"),
-    error("rule-targets-too-small", NoModelCanServe, "messages", "big: prompt of ~200000 tokens",
-          tenant="acme", estimated_prompt_tokens=200000),
     error("all-unhealthy", NoHealthyModel, "model", "mid: unhealthy; small: unhealthy",
           states=ALL_DOWN),
     error("capable-ones-unhealthy", NoHealthyModel, "model", "mid: unhealthy", states=MID_DOWN,
@@ -344,7 +350,8 @@ FEATURE_CASES = [
                  id="tool-choice-named"),
     pytest.param(chat("hi", tools=TOOL_DEFS, tool_choice="required"), {},
                  {"tool_choice": "required"}, id="tool-choice-required"),
-    pytest.param(chat("hi", response_format={"type": "json_schema", "json_schema": {}}), {},
+    pytest.param(chat("hi", response_format={"type": "json_schema",
+                                             "json_schema": {"schema": {"type": "object"}}}), {},
                  {"response_format": "json_schema"}, id="response-format"),
     pytest.param(chat("hi", temperature=1, top_p=0.5, stream=True), {},
                  {"temperature": 1.0, "top_p": 0.5, "stream": True}, id="sampling-and-stream"),
@@ -352,14 +359,20 @@ FEATURE_CASES = [
 # fmt: on
 
 
+def parsed(body: dict[str, Any]) -> ChatCompletionRequest | CompletionRequest:
+    """A body validated as the router validates it before extracting features."""
+    return parse_request(ChatCompletionRequest if "messages" in body else CompletionRequest, body)
+
+
 @pytest.mark.parametrize(("body", "headers", "expected"), FEATURE_CASES)
 def test_extract_features(
     body: dict[str, Any], headers: dict[str, str], expected: dict[str, Any]
 ) -> None:
-    features = extract_features(body, headers)
+    features = extract_features(parsed(body), headers)
     assert {name: getattr(features, name) for name in expected} == expected
 
 
+# Routing-relevant fields are validated once, with the request (400 naming the field).
 # fmt: off
 BAD_BODIES = [
     pytest.param(chat("hi", temperature="hot"), "temperature", id="temperature-not-number"),
@@ -369,10 +382,11 @@ BAD_BODIES = [
     pytest.param(chat("hi", tool_choice="always"), "tool_choice", id="bad-tool-choice"),
     pytest.param(chat("hi", response_format={"type": "xml"}), "response_format.type",
                  id="bad-response-format"),
-    pytest.param(chat("hi", response_format="json"), "response_format",
+    pytest.param(chat("hi", response_format="json"), "response_format.type",
                  id="response-format-not-object"),
+    pytest.param(chat("hi", stream="true"), "stream", id="stream-not-bool"),
     pytest.param({"model": 5, "prompt": "x"}, "model", id="model-not-string"),
-    pytest.param({"model": "auto"}, "messages", id="no-messages-or-prompt"),
+    pytest.param({"model": "auto"}, "prompt", id="no-messages-or-prompt"),
     pytest.param({"prompt": {"text": "x"}}, "prompt", id="prompt-object"),
     pytest.param({"messages": "hi"}, "messages", id="messages-not-list"),
 ]
@@ -380,10 +394,10 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "param"), BAD_BODIES)
-def test_extract_features_rejects(body: dict[str, Any], param: str) -> None:
-    with pytest.raises(InvalidRequest) as info:
-        extract_features(body, {})
-    assert info.value.param == param
+def test_routing_fields_are_validated_with_the_request(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(OpenAIError) as info:
+        parsed(body)
+    assert info.value.status_code == 400 and info.value.param == param
 
 
 @pytest.mark.parametrize(

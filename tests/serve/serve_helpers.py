@@ -20,7 +20,8 @@ MODEL = "smollm2-long"
 """The model id the protocol tests pin (full context, tool parser)."""
 FAST = "smollm2-fast"
 """The short-context model of configs/local.yaml."""
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
+CASES = Path(__file__).resolve().parents[1] / "data"
+"""Real-world cases (copied from the team's shared/cases/ so that a plain clone runs them)."""
 LOCAL_YAML = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
 
 

@@ -1,4 +1,4 @@
-"""Every case of ../shared/cases/serving.json, against the running server over real HTTP."""
+"""Every case of tests/data/serving.json (from shared/cases/), against the running server over real HTTP."""
 
 from __future__ import annotations
 

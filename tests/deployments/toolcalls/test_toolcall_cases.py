@@ -1,4 +1,4 @@
-"""Every recorded real-world case (shared/cases/toolcalls.json) through the parsers."""
+"""Every recorded real-world case (tests/data/toolcalls.json) through the parsers."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _text(value: str | None) -> str | None:
 
 
 def check_expected(case: dict[str, Any], message: dict[str, Any], reason: str) -> None:
-    """Compare a result with `case["expected"]` as shared/cases/README.md prescribes."""
+    """Compare a result with `case["expected"]` as tests/data/README.md prescribes."""
     expected = case["expected"]
     if "content" in expected:
         assert _text(message["content"]) == _text(expected["content"])

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from toolcall_cases import TOOLS, parse_chunks
 
+from deployments.protocol.tools import ToolChoice, parse_tool_choice
 from deployments.toolcalls.assemble import StreamAssembler, accumulate, assemble, parse_text
-from deployments.toolcalls.choice import ToolChoice, apply_tool_choice
+from deployments.toolcalls.choice import apply_tool_choice
 from deployments.toolcalls.events import ToolCallAbort, ToolCallStart
 from deployments.toolcalls.registry import (
     DEFAULT_PARSER_BY_FAMILY,
@@ -147,17 +148,18 @@ def test_invalid_calls_come_back_verbatim(parser: str, raw: str) -> None:
 
 def test_tool_choice_parse() -> None:
     named = {"type": "function", "function": {"name": "get_time"}}
-    assert ToolChoice.parse(None, TOOLS).mode == "auto"
-    assert ToolChoice.parse(None, None).mode == "none"
-    assert ToolChoice.parse(named, TOOLS) == ToolChoice("function", "get_time")
+    assert parse_tool_choice(None, TOOLS).kind == "auto"
+    assert parse_tool_choice(None, None).kind == "none"
+    assert parse_tool_choice(named, TOOLS) == ToolChoice("named", "get_time")
     for bad, tools in [
         ("required", None),
         ("always", TOOLS),
         (named, None),
         ({"type": "function", "function": {"name": "x"}}, TOOLS),
+        ({"type": "function", "function": True}, TOOLS),
     ]:
         with pytest.raises(ValueError):
-            ToolChoice.parse(bad, tools)
+            parse_tool_choice(bad, tools)
 
 
 def _choice(raw: str, tool_choice: Any, **kw: Any) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """Shared test data for the tool-call layer: the real-world cases and synthetic samples.
 
-The cases live in `shared/cases/toolcalls.json`, in the `shared/` directory beside the
-repository root. Only cases with a recorded model output are used here (kinds `parse`,
+The cases live in `tests/data/toolcalls.json` (copied from the team's `shared/cases/`). Only cases with a recorded model output are used here (kinds `parse`,
 `stream`, and `tool_choice` with `input.raw`); request validation belongs to the server tests.
 """
 
@@ -17,7 +16,7 @@ from deployments.toolcalls.assemble import StreamAssembler, assemble
 from deployments.toolcalls.registry import get_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CASES_DIR = REPO_ROOT / ".." / "shared" / "cases"
+CASES_DIR = REPO_ROOT / "tests" / "data"
 
 PARSER_BY_CASE_FAMILY = {
     "qwen-hermes": "hermes",
