@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments.chat_template import ChatTemplate
-from deployments.choices import ChoiceDelta, admit, merge_choices, run_choice
+from deployments.choices import (
+    ChoiceDelta,
+    admit,
+    first_then_rest,
+    merge_choices,
+    run_choice,
+)
 from deployments.logprobs import chat_logprobs
 from deployments.preparation import Preparer
 from deployments.prompts import sampling_params
@@ -145,14 +151,16 @@ class ChatHandler:
     async def _start(
         self, request: ChatCompletionRequest
     ) -> tuple[ToolSetup | None, AsyncIterator[ChoiceDelta]]:
-        """Prepare the request and queue its choices in the engine (raises OpenAIError before
-        any output, so a streamed answer starts only once the engine holds the request)."""
+        """Prepare the request, queue its choices in the engine and wait for the first delta
+        (raises OpenAIError before any output: a streamed answer starts only once the engine
+        holds the request and has run its first step)."""
         prep = await self.preparer.run(lambda: self._prepare(request))
         streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params])
         stops = request.stop_list()
-        return prep.setup, merge_choices(
+        merged = merge_choices(
             [run_choice(s, self.tokenizer, i, prep.prompt, stops) for i, s in enumerate(streams)]
         )
+        return prep.setup, await first_then_rest(merged)
 
     async def complete(self, request: ChatCompletionRequest) -> ChatCompletion:
         """Non-streamed completion: the streamed deltas, accumulated."""

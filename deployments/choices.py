@@ -71,9 +71,10 @@ async def admit(
             of them stays queued).
     """
     streams: list[RequestStream] = []
+    rid = current_request_id()  # engine ids carry it, so engine log lines name the request
     try:
         for prompt, params in requests:
-            streams.append(await engine.add(uuid.uuid4().hex, prompt, params))
+            streams.append(await engine.add(f"{rid}-{uuid.uuid4().hex[:8]}", prompt, params))
     except BaseException as exc:
         for stream in streams:
             await stream.aclose()
@@ -128,6 +129,29 @@ async def run_choice(
                 return
     finally:
         await stream.aclose()
+
+
+async def first_then_rest(items: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
+    """Wait for the first delta (the first token, or the engine's failure, which raises here),
+    then return an iterator over all of them.
+
+    A stream whose first item waits for this covers the engine's first step too: a step that
+    fails before the first token reaches the router before any SSE byte, and it may fall over.
+    """
+    try:
+        first = await anext(items)
+    except StopAsyncIteration:
+        return items
+    except BaseException:
+        await items.aclose()  # type: ignore[attr-defined]
+        raise
+
+    async def chained() -> AsyncIterator[ChoiceDelta]:
+        yield first
+        async for item in items:
+            yield item
+
+    return chained()
 
 
 async def merge_choices(streams: list[AsyncIterator[ChoiceDelta]]) -> AsyncIterator[ChoiceDelta]:

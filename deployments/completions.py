@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from deployments.choices import ChoiceDelta, admit, merge_choices, run_choice
+from deployments.choices import ChoiceDelta, admit, first_then_rest, merge_choices, run_choice
 from deployments.logprobs import append_completion_logprobs
 from deployments.preparation import Preparer
 from deployments.prompts import completion_prompts, sampling_params
@@ -64,17 +64,19 @@ class CompletionHandler:
     async def _choices(
         self, request: CompletionRequest
     ) -> tuple[list[list[int]], AsyncIterator[ChoiceDelta]]:
-        """Prepare the request and queue its choices in the engine (raises before any output)."""
+        """Prepare the request, queue its choices and wait for the first delta (raises before
+        any output)."""
         prepared = await self.preparer.run(lambda: self._prepare(request))
         streams = await admit(self.engine, prepared)
         stops = request.stop_list()
         prompts = [prompt for prompt, _ in prepared[:: request.n or 1]]
-        return prompts, merge_choices(
+        merged = merge_choices(
             [
                 run_choice(s, self.tokenizer, i, prompt, stops)
                 for i, (s, (prompt, _)) in enumerate(zip(streams, prepared))
             ]
         )
+        return prompts, await first_then_rest(merged)
 
     def _echo(self, prompt: list[int]) -> str:
         return self.tokenizer.decode(prompt, skip_special_tokens=False)

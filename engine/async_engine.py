@@ -281,11 +281,11 @@ class AsyncEngine:
             self._step_started = time.monotonic()
             outputs = self.engine.step()
             self._step_started = None
-            for out in outputs:
-                self._deliver(out)
-            self._stats = self.engine.stats()
+            self._stats = self.engine.stats()  # before the outputs: callers see this step's
             if self.metrics is not None:
                 self.metrics.observe_step(self._stats)
+            for out in outputs:
+                self._deliver(out)
 
 
 def _admit(cmd: _Add, error: BaseException | None) -> None:

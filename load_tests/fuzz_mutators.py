@@ -114,9 +114,9 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "bool": [{"k": "v"}, "x", [True], 2, 0.5, "maybe", []],
     "list": [{"k": "v"}, 1, 1.5, True, [[["x"]]], [{"k": 1}], [None]],
     "dict": [[1, "a"], "x", 1, 1.5, True, [], [{}]],
-    "none": [{"k": "v"}, [1, "a"], [[]], 1.5, "x", True, {}, None],
+    "none": [{"k": "v"}, [1, "a"], [[]], 1.5, "x", True, {}],
 }
-"""Values of another JSON type than the current one's (`null` last: it means the default)."""
+"""Values of another JSON type than the current one's (never `null`: it means the default)."""
 
 
 def mutate_wrong_type(rng: random.Random, body: Body, endpoint: str) -> Body:
@@ -446,8 +446,8 @@ def mutate_extra_fields(rng: random.Random, body: Body, endpoint: str) -> Body:
     """Unknown fields at the top level or inside messages/tools (ignored: still valid)."""
     key, value = _pick(rng, EXTRA_FIELDS)
     targets = [body]
-    for key in ("messages", "tools"):
-        items = body.get(key)
+    for field in ("messages", "tools"):
+        items = body.get(field)
         targets += [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
     rng.choice(targets)[key] = value
     return body
@@ -462,10 +462,10 @@ MUTATORS: dict[str, tuple[Mutator, int, tuple[str, ...]]] = {
     "huge_sizes": (mutate_huge_sizes, 1, ("chat", "completions")),
     "invalid_json": (mutate_invalid_json, 3, ("chat", "completions")),
     "malformed_tools": (mutate_malformed_tools, 3, ("chat",)),
-    "malformed_tool_choice": (mutate_malformed_tool_choice, 2, ("chat",)),
+    "malformed_tool_choice": (mutate_malformed_tool_choice, 3, ("chat",)),
     "malformed_response_format": (mutate_malformed_response_format, 2, ("chat",)),
     "malformed_history": (mutate_malformed_history, 2, ("chat",)),
-    "bad_role": (mutate_bad_role, 2, ("chat",)),
+    "bad_role": (mutate_bad_role, 3, ("chat",)),
     "bad_content_part": (mutate_bad_content_part, 2, ("chat",)),
 }
 """Family name -> (mutator, weight, endpoints)"""

@@ -112,7 +112,7 @@ def test_eight_concurrent_streams_then_all_blocks_free(client: openai.OpenAI) ->
         (
             {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]},
             400,
-            "messages.0.role",
+            "messages[0].role",
         ),
         (
             {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 3},

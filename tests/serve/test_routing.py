@@ -70,12 +70,17 @@ def test_policy_routes_by_features(
     ("body", "param", "fragment"),
     [
         ({**GREEDY_SHORT, "model": FAST, "tools": [WEATHER]}, "tools", "does not support tools"),
+        # the estimate only routes: the replica counts exactly and gives the 400
         (
-            {"messages": [{"role": "user", "content": "word " * 8000}]},
+            {"messages": [{"role": "user", "content": "word " * 9000}]},
             "messages",
-            "does not fit the 8192-token context",
+            "maximum context length is 8192 tokens",
         ),
-        ({**GREEDY_SHORT, "max_tokens": 2100, "model": FAST}, "max_tokens", "2048-token context"),
+        (
+            {**GREEDY_SHORT, "max_tokens": 2100, "model": FAST},
+            "max_tokens",
+            "maximum context length is 2048 tokens",
+        ),
     ],
     ids=["tools-on-fast", "prompt-beyond-every-context", "max-tokens-beyond-fast"],
 )

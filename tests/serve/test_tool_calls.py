@@ -182,10 +182,25 @@ def test_json_response_formats(client: openai.OpenAI) -> None:
             {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
             "tool_choice",
         ),
-        ({"tools": [{"type": "function"}]}, "tools[0]"),
+        ({"tools": [{"type": "function"}]}, "tools[0].function"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": True}},
+            "response_format.json_schema",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
+            "tools[0].function.parameters",
+        ),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
     ],
-    ids=["required-without-tools", "named-unknown", "tool-without-function", "bad-format"],
+    ids=[
+        "required-without-tools",
+        "named-unknown",
+        "tool-without-function",
+        "json-schema-not-object",
+        "parameters-not-a-schema",
+        "bad-format",
+    ],
 )
 def test_bad_tool_requests_are_400(http: httpx.Client, body: dict[str, Any], param: str) -> None:
     resp = http.post("/v1/chat/completions", json={"model": MODEL, "messages": ASK, **body})

@@ -1,0 +1,198 @@
+"""One bad request never takes a model out of service, on the real stack.
+
+The local app answers malformed requests with 4xx OpenAI errors and keeps its health. A second
+application (`/faults`) serves `faulty` (the real engine with injected faults,
+`tests.faulty_engine`) in front of `steady`: a request's own fault fails it alone, a failed
+first step falls over, and a dead engine loop ends its waiting requests at once, marks the model
+down, and Serve's replacement replica serves again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import ray
+from ray import serve
+from serve_helpers import FAST, MODEL, local_args, post_stream
+
+from router.app import build_app
+from router.dispatch import FALLBACK_HEADER, MODEL_HEADER
+from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT
+
+pytestmark = pytest.mark.serve
+
+HI = [{"role": "user", "content": "Say hello."}]
+OK_BODY = {"messages": HI, "max_tokens": 4}
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def _error(resp: httpx.Response, status: int) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == ERROR_KEYS and err["message"], err
+    assert "Traceback" not in err["message"] and "Error(" not in err["message"], err
+    return err
+
+
+def _health_ok(http: httpx.Client) -> None:
+    body = http.get("/health").json()
+    assert (body["status"], body["down"]) == ("ok", {}), body
+
+
+@pytest.mark.parametrize("value", [True, -1, 1.5, "x", [None]], ids=str)
+@pytest.mark.parametrize("model", [FAST, None], ids=["fast", "auto"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_malformed_json_schema_is_400_and_health_stays(
+    http: httpx.Client, value: Any, model: str | None, stream: bool
+) -> None:
+    body: dict[str, Any] = {**OK_BODY, "stream": stream}
+    body["response_format"] = {"type": "json_schema", "json_schema": value}
+    if model:
+        body["model"] = model
+    err = _error(http.post("/v1/chat/completions", json=body), 400)
+    assert err["param"].startswith("response_format.json_schema"), err
+    _health_ok(http)
+    assert http.post("/v1/chat/completions", json={**OK_BODY, "model": FAST}).status_code == 200
+
+
+def test_deep_bodies_routes_and_methods_get_openai_errors(http: httpx.Client) -> None:
+    deep = b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    err = _error(http.post("/v1/chat/completions", content=deep), 400)
+    assert err["code"] == "nesting_too_deep" and "max_json_depth" in err["message"]
+    assert _error(http.get("/v1/nothing-here"), 404)["code"] == "not_found"
+    assert _error(http.get("/v1/chat/completions"), 405)["code"] == "method_not_allowed"
+    assert _error(http.post("/v1/chat/completions", content=b"{"), 400)["code"] == "invalid_json"
+    _health_ok(http)
+
+
+def test_limits_are_configurable_and_named(serve_url: str) -> None:
+    from serve_helpers import extra_router
+
+    limits = {"max_body_bytes": 2000, "max_messages": 2, "max_tools": 1}
+    with extra_router(serve_url, "limited", {**local_args(), "request_limits": limits}) as url:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            big = {**OK_BODY, "messages": [{"role": "user", "content": "x" * 3000}]}
+            err = _error(client.post("/v1/chat/completions", json=big), 413)
+            assert "max_body_bytes" in err["message"]
+            many = {**OK_BODY, "messages": HI * 3}
+            err = _error(client.post("/v1/chat/completions", json=many), 400)
+            assert err["param"] == "messages" and "max_messages" in err["message"]
+            fn = {"type": "function", "function": {"name": "f"}}
+            tools = {**OK_BODY, "model": MODEL, "tools": [fn, fn]}
+            err = _error(client.post("/v1/chat/completions", json=tools), 400)
+            assert err["param"] == "tools" and "max_tools" in err["message"]
+
+
+# ---- the fault-injection application ------------------------------------------------------
+
+
+def _fault_args() -> dict[str, Any]:
+    args = local_args()
+    base = next(m for m in args["models"] if m["model_id"] == FAST)
+    small = {"max_model_len": 1024, "kv_cache_memory_bytes": 64 << 20}
+    faulty = {**base, "model_id": "faulty", "engine_class": "tests.faulty_engine:FaultyEngine"}
+    faulty["engine"] = {**base["engine"], **small}
+    steady = {**base, "model_id": "steady", "engine": {**base["engine"], **small}}
+    for model in (faulty, steady):
+        model["deployment"] = {**base["deployment"], "ray_actor_options": {"num_cpus": 0.25}}
+    return {
+        "models": [faulty, steady],
+        "policy": {"default_targets": ["faulty", "steady"]},
+        "first_token_timeout_s": 10,
+        "health_cooldown_s": 1,
+        "router_deployment": {"ray_actor_options": {"num_cpus": 0.05}},
+    }
+
+
+@pytest.fixture(scope="module")
+def faults(serve_url: str) -> Iterator[httpx.Client]:
+    """A client on the `/faults` application (deleted afterwards)."""
+    serve.run(build_app(_fault_args()), name="faults", route_prefix="/faults")
+    try:
+        with httpx.Client(base_url=f"{serve_url}/faults", timeout=180) as client:
+            yield client
+    finally:
+        serve.delete("faults")
+
+
+def _chat(client: httpx.Client, seed: int | None = None, **body: Any) -> httpx.Response:
+    request = {"model": "faulty", "messages": HI, "max_tokens": 16, "ignore_eos": True, **body}
+    if seed is not None:
+        request["seed"] = seed
+    return client.post("/v1/chat/completions", json=request)
+
+
+def test_a_requests_own_fault_fails_it_alone(faults: httpx.Client) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(_chat, faults, REQUEST_FAULT if i == 1 else None) for i in range(4)]
+        responses = [f.result() for f in futures]
+    err = _error(responses[1], 500)
+    rid = responses[1].headers["x-request-id"]
+    assert err["code"] == "internal_error" and rid in err["message"], err
+    assert responses[1].headers[MODEL_HEADER] == "faulty"
+    assert FALLBACK_HEADER not in responses[1].headers, "a request's own fault is not retried"
+    for i in (0, 2, 3):
+        assert responses[i].status_code == 200, responses[i].text
+        assert responses[i].json()["usage"]["completion_tokens"] == 16
+    _health_ok(faults)
+    assert _chat(faults).status_code == 200
+    # the traceback is in the server log, under the request id the client got
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    deadline = time.monotonic() + 30
+    while not _traceback_logged(logs, rid):
+        assert time.monotonic() < deadline, f"no log line with {rid} and its traceback"
+        time.sleep(1)
+
+
+def _traceback_logged(logs: Path, rid: str) -> bool:
+    for path in logs.rglob("*"):
+        if not path.is_file() or path.suffix not in (".log", ".err", ".out"):
+            continue
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if rid in line and any("Traceback" in n for n in lines[i + 1 : i + 3]):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_failed_first_step_falls_over(faults: httpx.Client, stream: bool) -> None:
+    body = {"messages": HI, "max_tokens": 8, "seed": STEP_FAULT, "stream": stream}
+    with faults.stream("POST", "/v1/chat/completions", json=body) as resp:
+        text = resp.read().decode()
+    assert resp.status_code == 200, text
+    assert (resp.headers[MODEL_HEADER], resp.headers[FALLBACK_HEADER]) == ("steady", "faulty")
+    assert "[DONE]" in text if stream else json.loads(text)["model"] == "steady"
+    _health_ok(faults)  # an engine error is not a replica fault
+
+
+def test_a_dead_engine_loop_fails_fast_and_the_replica_is_replaced(faults: httpx.Client) -> None:
+    long = {"model": "faulty", "messages": HI, "max_tokens": 600, "ignore_eos": True}
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(post_stream, faults, "/v1/chat/completions", long) for _ in range(2)]
+        time.sleep(3)  # both are decoding
+        start = time.monotonic()
+        killer = _chat(faults, LOOP_FAULT)
+        results = [f.result(timeout=60) for f in held]
+        waited = time.monotonic() - start
+    assert waited < 20, f"waiting streams took {waited:.0f} s to end"
+    for status, (events, done) in results:
+        assert status == 200 and done
+        assert events[-1]["error"]["code"] == "engine_unavailable", events[-1]
+    assert _error(killer, 503)["code"] == "model_unavailable"
+    body = faults.get("/health").json()
+    assert body["status"] == "degraded" and "faulty" in body["down"], body
+    moved = faults.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 4})
+    assert moved.status_code == 200 and moved.headers[MODEL_HEADER] == "steady"
+    deadline = time.monotonic() + 300  # Serve's health check replaces the replica
+    while faults.get("/health").json()["status"] != "ok":
+        assert time.monotonic() < deadline, faults.get("/health").json()
+        time.sleep(2)
+    assert _chat(faults).status_code == 200
