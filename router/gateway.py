@@ -1,8 +1,8 @@
 """One routed request, shared by the HTTP routes and the Python API.
 
-parse (OpenAI schema, 400 naming the field: the one validation of the request) → request limits
-→ extract features → `decide` (capabilities, then rules, then health) → `dispatch` (fallback
-across candidates, the validated request passed on) → count the outcome.
+parse (OpenAI schema and request limits, 400 naming the field: the one validation of the
+request) → extract features → `decide` (capabilities, then rules, then health) → `dispatch`
+(fallback across candidates, the validated request passed on) → count the outcome.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from ray.serve.handle import DeploymentHandle
 
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse, OpenAIError
-from deployments.protocol.limits import check_limits
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
@@ -72,8 +71,7 @@ class Gateway:
             unknown model, no capable model, no healthy model).
         """
         try:
-            req = parse_request(schema, request)
-            check_limits(req, self.config.request_limits)
+            req = parse_request(schema, request, self.config.request_limits)
             features = extract_features(req, headers)
             decision = self._decide(features)
         except OpenAIError as exc:

@@ -1,5 +1,6 @@
-"""Bounded work per request: the body's size and nesting depth, and the counts and schema sizes
-of a parsed request (`configs.request_limits.RequestLimits`)."""
+"""Bounded work per request, before it is parsed: the body's size and nesting depth
+(`configs.request_limits.RequestLimits`; counts and schema sizes are checked while the request
+is validated, see `deployments.protocol.validation.parse_request`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import re
 
 from configs.request_limits import RequestLimits
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.tools import response_format_schema
 
 # A JSON string (escapes included) or one bracket; strings are matched whole so that brackets
 # inside them do not count. RFC 8259 section 7 string grammar.
@@ -72,46 +71,3 @@ def parse_body(body: bytes, limits: RequestLimits) -> object:
         raise OpenAIError(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-
-
-def _over(what: str, count: int, limit: int, field: str, param: str) -> OpenAIError:
-    return OpenAIError(
-        f"{what} has {count}, over the limit of {limit} (request_limits.{field})",
-        param=param,
-        code="limit_exceeded",
-    )
-
-
-def check_limits(request: ChatCompletionRequest | CompletionRequest, limits: RequestLimits) -> None:
-    """Check a parsed request's sizes.
-
-    Raises:
-        OpenAIError: 400 `limit_exceeded` naming the field and the limit.
-    """
-    if isinstance(request, CompletionRequest):
-        prompt = request.prompt
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-            if len(prompt) > limits.max_prompt_items:
-                raise _over(
-                    "prompt", len(prompt), limits.max_prompt_items, "max_prompt_items", "prompt"
-                )
-        return
-    if len(request.messages) > limits.max_messages:
-        raise _over(
-            "messages", len(request.messages), limits.max_messages, "max_messages", "messages"
-        )
-    tools = request.tools or []
-    if len(tools) > limits.max_tools:
-        raise _over("tools", len(tools), limits.max_tools, "max_tools", "tools")
-    schemas = [
-        (f"tools[{i}].function.parameters", t.function.parameters) for i, t in enumerate(tools)
-    ]
-    schemas.append(
-        ("response_format.json_schema.schema", response_format_schema(request.response_format))
-    )
-    for param, schema in schemas:
-        size = len(json.dumps(schema, separators=(",", ":"))) if schema is not None else 0
-        if size > limits.max_schema_bytes:
-            raise _over(
-                f"{param} (bytes)", size, limits.max_schema_bytes, "max_schema_bytes", param
-            )

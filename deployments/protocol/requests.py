@@ -24,6 +24,7 @@ from deployments.protocol.tools import (
     ToolChoiceParam,
     ToolDefinition,
     by_type,
+    over_limit,
 )
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -139,6 +140,14 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: ResponseFormat | None = None
     continue_final_message: bool | None = None
 
+    @field_validator("messages", "tools", mode="before")
+    @classmethod
+    def _count(cls, v: Any, info: ValidationInfo) -> Any:
+        """Counted before the items are validated, so an oversized list costs nothing more."""
+        if isinstance(v, list):
+            over_limit(str(info.field_name), len(v), f"max_{info.field_name}", info)
+        return v
+
     @field_validator("tool_choice")
     @classmethod
     def _choice_in_tools(
@@ -168,6 +177,14 @@ class CompletionRequest(_SamplingFields):
     """Body of `POST /v1/completions` (legacy)."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_count(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, list) and v and isinstance(v[0], (str, list)):
+            over_limit("prompt", len(v), "max_prompt_items", info)
+        return v
+
     echo: bool | None = None
     logprobs: int | None = Field(None, ge=0, le=20)
     suffix: str | None = None

@@ -22,8 +22,10 @@ from pydantic import (
     Field,
     Tag,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 ToolChoiceKind = Literal["none", "auto", "required", "named"]
 """`tool_choice` as a kind: a forced function is `named` (the policy YAML's spelling too)."""
@@ -68,12 +70,41 @@ def by_type(*models: type[BaseModel]) -> Any:
     ]
 
 
-def check_json_schema(schema: JsonObject) -> JsonObject:
-    """Validate a JSON-Schema document against its meta-schema.
+LIMIT_ERROR = "limit_exceeded"
+"""pydantic error type (and OpenAI error code) of a request over one of its `RequestLimits`."""
+
+
+def over_limit(what: str, count: int, name: str, info: ValidationInfo) -> None:
+    """Raise when `count` exceeds the limit `name` of the `RequestLimits` that the router
+    passes as validation context (`{"limits": ...}`); without context nothing is limited.
 
     Raises:
+        PydanticCustomError: `limit_exceeded`, naming the limit.
+    """
+    limits = (info.context or {}).get("limits")
+    limit = getattr(limits, name, None)
+    if limit is not None and count > limit:
+        raise PydanticCustomError(
+            LIMIT_ERROR,
+            "{what} has {count}, over the limit of {limit} (request_limits.{name})",
+            {"what": what, "count": count, "limit": limit, "name": name},
+        )
+
+
+def check_json_schema(schema: JsonObject, info: ValidationInfo) -> JsonObject:
+    """Validate a JSON-Schema document: its size first (`max_schema_bytes`, as compact JSON),
+    then against its meta-schema.
+
+    Raises:
+        PydanticCustomError: over `max_schema_bytes`.
         ValueError: the document is not a valid JSON Schema (pydantic reports it at the field).
     """
+    over_limit(
+        "the schema (bytes)",
+        len(json.dumps(schema, separators=(",", ":"))),
+        "max_schema_bytes",
+        info,
+    )
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -92,8 +123,8 @@ class FunctionDefinition(_Base):
 
     @field_validator("parameters")
     @classmethod
-    def _schema(cls, v: JsonObject | None) -> JsonObject | None:
-        return None if v is None else check_json_schema(v)
+    def _schema(cls, v: JsonObject | None, info: ValidationInfo) -> JsonObject | None:
+        return None if v is None else check_json_schema(v, info)
 
     def parameters_schema(self) -> JsonObject:
         """The arguments' JSON Schema; a function without `parameters` takes an empty object."""
@@ -242,8 +273,8 @@ class JsonSchemaSpec(_Base):
 
     @field_validator("schema_")
     @classmethod
-    def _schema(cls, v: JsonObject) -> JsonObject:
-        return check_json_schema(v)
+    def _schema(cls, v: JsonObject, info: ValidationInfo) -> JsonObject:
+        return check_json_schema(v, info)
 
 
 class ResponseFormatJsonSchema(_Base):

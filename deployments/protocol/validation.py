@@ -6,8 +6,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from configs.request_limits import RequestLimits
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.tools import TYPE_TAG_ERROR
+from deployments.protocol.tools import LIMIT_ERROR, TYPE_TAG_ERROR
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,34 +34,42 @@ def error_param(loc: tuple[str | int, ...]) -> str:
     return out
 
 
-def _first_error(exc: ValidationError) -> tuple[str, str]:
+def _first_error(exc: ValidationError) -> tuple[str, str, str | None]:
     # the deepest location is the most specific: in a union it is the member that was meant
     errors = exc.errors(include_url=False, include_input=False)
     first = max(errors, key=lambda e: len([p for p in e["loc"] if _is_field(p)]))
     param = error_param(first["loc"])
     if first["type"] == TYPE_TAG_ERROR:  # a union discriminated on `type` (tools.by_type)
         param += ".type"
-    return param, first["msg"]
+    return param, first["msg"], LIMIT_ERROR if first["type"] == LIMIT_ERROR else None
 
 
-def parse_request(model: type[M], body: M | dict[str, Any] | Any) -> M:
+def parse_request(
+    model: type[M], body: M | dict[str, Any] | Any, limits: RequestLimits | None = None
+) -> M:
     """Validate a request body against its protocol model (a model instance passes as is).
+
+    Args:
+        model: The request model.
+        body: The decoded JSON body, or an already validated model.
+        limits: Counts and schema sizes to enforce while validating (the router's); None
+            enforces none.
 
     Raises:
         OpenAIError: 400 naming the first bad field (e.g. `messages[1].tool_calls[0].id`) and
-            what is wrong with it.
+            what is wrong with it; code `limit_exceeded` when over one of `limits`.
     """
     if isinstance(body, model):
         return body
     if not isinstance(body, dict):
         raise OpenAIError("the request body must be a JSON object", param=None)
     try:
-        return model.model_validate(body)
+        return model.model_validate(body, context={"limits": limits})
     except ValidationError as exc:
-        param, msg = _first_error(exc)
+        param, msg, code = _first_error(exc)
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         raise OpenAIError(
-            f"invalid value for '{param}': {msg}{more}", param=param or None
+            f"invalid value for '{param}': {msg}{more}", param=param or None, code=code
         ) from None
 
 

@@ -4,6 +4,7 @@ router applications in front of the local app's model deployments."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,3 +91,14 @@ def post_stream(client: httpx.Client, path: str, body: dict[str, Any]) -> tuple[
             resp.read()
             return resp.status_code, resp.json()
         return 200, sse_events(resp)
+
+
+def wait_healthy(client: httpx.Client, timeout_s: float = 180) -> dict[str, Any]:
+    """Wait until `/health` says `ok` (every model serving); its body."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = client.get("/health").json()
+        if body["status"] == "ok":
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.5)

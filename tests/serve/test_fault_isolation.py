@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import httpx
 import pytest
 import ray
 from ray import serve
-from serve_helpers import FAST, MODEL, local_args, post_stream
+from serve_helpers import FAST, MODEL, local_args, wait_healthy
 
 from router.app import build_app
 from router.dispatch import FALLBACK_HEADER, MODEL_HEADER
@@ -39,6 +40,11 @@ def _error(resp: httpx.Response, status: int) -> dict[str, Any]:
     assert set(err) == ERROR_KEYS and err["message"], err
     assert "Traceback" not in err["message"] and "Error(" not in err["message"], err
     return err
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _all_serving(http: httpx.Client) -> None:
+    wait_healthy(http)
 
 
 def _health_ok(http: httpx.Client) -> None:
@@ -117,6 +123,7 @@ def faults(serve_url: str) -> Iterator[httpx.Client]:
     serve.run(build_app(_fault_args()), name="faults", route_prefix="/faults")
     try:
         with httpx.Client(base_url=f"{serve_url}/faults", timeout=180) as client:
+            wait_healthy(client)
             yield client
     finally:
         serve.delete("faults")
@@ -175,17 +182,24 @@ def test_a_failed_first_step_falls_over(faults: httpx.Client, stream: bool) -> N
 
 def test_a_dead_engine_loop_fails_fast_and_the_replica_is_replaced(faults: httpx.Client) -> None:
     long = {"model": "faulty", "messages": HI, "max_tokens": 600, "ignore_eos": True}
-    with ThreadPoolExecutor(2) as pool:
-        held = [pool.submit(post_stream, faults, "/v1/chat/completions", long) for _ in range(2)]
-        time.sleep(3)  # both are decoding
+    with ExitStack() as stack:
+        client = stack.enter_context(httpx.Client(base_url=faults.base_url, timeout=120))
+        held = []
+        for _ in range(2):  # two streams that are decoding when the loop dies
+            body = {**long, "stream": True}
+            resp = stack.enter_context(client.stream("POST", "/v1/chat/completions", json=body))
+            assert resp.status_code == 200
+            lines = resp.iter_lines()
+            assert next(lines).startswith("data: ")
+            held.append(lines)
         start = time.monotonic()
         killer = _chat(faults, LOOP_FAULT)
-        results = [f.result(timeout=60) for f in held]
+        for lines in held:
+            events = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            assert json.loads(events[-2])["error"]["code"] == "engine_unavailable", events[-2]
         waited = time.monotonic() - start
     assert waited < 20, f"waiting streams took {waited:.0f} s to end"
-    for status, (events, done) in results:
-        assert status == 200 and done
-        assert events[-1]["error"]["code"] == "engine_unavailable", events[-1]
     assert _error(killer, 503)["code"] == "model_unavailable"
     body = faults.get("/health").json()
     assert body["status"] == "degraded" and "faulty" in body["down"], body

@@ -1,0 +1,58 @@
+"""Property-based fuzzing of the request path (`load_tests.fuzz_*`) against the shared app.
+
+Every drawn body (mostly invalid: wrong types, out-of-range numbers, deep nesting, huge sizes,
+hostile strings, malformed tools/tool_choice/response_format/histories) must get no 5xx, an
+OpenAI error object on a 4xx, leave `/health` unchanged, and be followed by a served request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import pytest
+from serve_helpers import FAST, MODEL
+
+from load_tests.fuzz_checks import LoadStreams, RequestPathChecker, Violation, run_examples
+from load_tests.fuzz_mutators import MUTATORS
+from load_tests.fuzz_requests import FuzzExample, classify, fuzz_examples
+
+MODELS = [FAST, MODEL]
+
+
+def _report(violations: list[Violation], limit: int = 8) -> str:
+    kinds = Counter(v.kind for v in violations)
+    lines = [f"{len(violations)} violation(s) {dict(kinds)}:"]
+    for v in violations[:limit]:
+        lines.append(f"- {v.kind} status={v.status} family={v.family} {v.path}: {v.detail[:300]}")
+        lines.append(f"  body: {v.body[:1200]}")
+    return "\n".join(lines)
+
+
+def test_strategy_is_mostly_invalid() -> None:
+    """>= 80 % of the drawn bodies fail the router's own edge checks; every family is drawn."""
+    examples: list[FuzzExample] = []
+    run_examples(fuzz_examples(MODELS), examples.append, 1000)
+    share = sum(e.expected_invalid for e in examples) / len(examples)
+    assert share >= 0.8, f"invalid share {share:.1%}"
+    families = Counter(classify(e) for e in examples)
+    assert set(families) == {*MUTATORS, "valid_base", "extra_fields"}, families
+    assert all(len(e.body) <= 8 * 1024 * 1024 + 8192 for e in examples)
+
+
+@pytest.mark.serve
+def test_fuzzed_requests_get_4xx_and_leave_the_server_serving(http: httpx.Client) -> None:
+    checker = RequestPathChecker(http, MODELS, check_every=1, probe_max_tokens=1)
+    run_examples(fuzz_examples(MODELS), checker.check, 120)
+    stats = checker.stats
+    assert stats.examples == 120 and stats.valid_checks == 120
+    assert not stats.violations, _report(stats.violations)
+
+
+@pytest.mark.serve
+def test_steady_streams_see_no_errors_while_fuzzing(http: httpx.Client, serve_url: str) -> None:
+    checker = RequestPathChecker(http, MODELS, check_every=4, probe_max_tokens=1)
+    with LoadStreams(serve_url, MODELS, per_model=2, max_tokens=32) as load:
+        run_examples(fuzz_examples(MODELS), checker.check, 40, seed=1)
+    assert load.records and not load.errors, load.summary()
+    assert not checker.stats.violations, _report(checker.stats.violations)
