@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import httpx
 
 from load_tests.client import check_loopback
 from load_tests.fuzz_checks import LoadStreams, RequestPathChecker, run_examples
-from load_tests.fuzz_requests import fuzz_examples
+from load_tests.fuzz_requests import FuzzExample, fuzz_examples
 from load_tests.results import RESULTS_DIR, new_document, result_path
 
 
@@ -75,10 +76,26 @@ def format_summary(summary: dict[str, Any], load: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _with_progress(checker: RequestPathChecker, every: int = 100) -> Callable[[FuzzExample], None]:
+    def check(example: FuzzExample) -> None:
+        checker.check(example)
+        stats = checker.stats
+        if stats.examples % every == 0:
+            logging.info(
+                "%d examples, %s, %d violations",
+                stats.examples,
+                dict(stats.statuses),
+                len(stats.violations),
+            )
+
+    return check
+
+
 def main(argv: list[str] | None = None) -> int:
     """Fuzz, print the summary, write the JSON report; 1 if anything broke."""
     args = build_parser().parse_args(argv)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     root = server_root(args.base_url)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     strategy = fuzz_examples(models)
@@ -86,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         checker = RequestPathChecker(client, models, check_every=args.check_every)
         checker.start()
         with LoadStreams(root, models, per_model=args.load_streams) as load:
-            run_examples(strategy, checker.check, args.examples, seed=args.seed)
+            run_examples(strategy, _with_progress(checker), args.examples, seed=args.seed)
     summary, load_summary = checker.stats.summary(), load.summary()
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     doc = new_document(

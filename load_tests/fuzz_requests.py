@@ -10,8 +10,8 @@ can use it and examples stay cheap: `$ref`s inlined, annotations and pydantic's
 Most examples (>= 80 %) are then made invalid by one of the mutators of
 `load_tests.fuzz_mutators`. Each example is sent as raw `bytes` (deep nesting cannot go through
 Python's recursive `json`), with `expected_invalid` computed locally by the router's own edge
-checks: `limits.parse_body` (size, depth, JSON), `validation.parse_request`, `limits.check_limits`
-and an unknown `model`.
+checks: `limits.parse_body` (size, depth, JSON), `validation.parse_request` with the default
+`RequestLimits` (schema, counts, schema sizes) and an unknown `model`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from hypothesis_jsonschema import from_schema
 
 from configs.request_limits import RequestLimits
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.limits import check_limits, parse_body
+from deployments.protocol.limits import parse_body
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request
 from load_tests.fuzz_mutators import MUTATORS, Mutator, mutate_extra_fields
@@ -73,21 +73,32 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "best_of": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2}, {"type": "null"}]},
     "stop_token_ids": {
         "anyOf": [
-            {"type": "array", "maxItems": 2, "items": {"type": "integer", "minimum": 0,
-                                                       "maximum": VOCAB_SIZE - 1}},
+            {
+                "type": "array",
+                "maxItems": 2,
+                "items": {"type": "integer", "minimum": 0, "maximum": VOCAB_SIZE - 1},
+            },
             {"type": "null"},
         ]
     },
     "prompt": {
         "anyOf": [
             {"type": "string", "minLength": 1, "maxLength": _STRING_CAP},
-            {"type": "array", "minItems": 1, "maxItems": 2,
-             "items": {"type": "string", "minLength": 1, "maxLength": _STRING_CAP}},
-            {"type": "array", "minItems": 1, "maxItems": 4,
-             "items": {"type": "integer", "minimum": 0, "maximum": VOCAB_SIZE - 1}},
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 2,
+                "items": {"type": "string", "minLength": 1, "maxLength": _STRING_CAP},
+            },
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 4,
+                "items": {"type": "integer", "minimum": 0, "maximum": VOCAB_SIZE - 1},
+            },
         ]
     },
-}  # fmt: skip
+}
 
 
 def adapt_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -180,8 +191,7 @@ def local_verdict(
     limits = limits or RequestLimits()
     try:
         obj = parse_body(body, limits)
-        request = parse_request(SCHEMAS[endpoint], obj)
-        check_limits(request, limits)
+        request = parse_request(SCHEMAS[endpoint], obj, limits)
     except OpenAIError as exc:
         return True, str(exc)[:300], None
     except (RecursionError, ValueError, TypeError) as exc:  # beyond what Python can parse
@@ -248,9 +258,7 @@ def _repair_tool_choice(draw: st.DrawFn, body: dict[str, Any]) -> None:
 
 
 @st.composite
-def base_bodies(
-    draw: st.DrawFn, endpoint: Endpoint, models: Sequence[str]
-) -> dict[str, Any]:
+def base_bodies(draw: st.DrawFn, endpoint: Endpoint, models: Sequence[str]) -> dict[str, Any]:
     """A schema-drawn body, made valid-ish and cheap: `max_tokens` 1..4, a served model or none.
 
     Args:
@@ -332,10 +340,25 @@ def fuzz_examples(
             raw = _serialize(body)
         else:
             raw, names = _serialize(base), []
-        invalid, reason, request = local_verdict(endpoint, raw, models)
-    return FuzzExample(endpoint, raw, tuple(names), invalid, reason)
+    return make_example(endpoint, raw, models, tuple(names))
+
+
+def make_example(
+    endpoint: Endpoint,
+    body: dict[str, Any] | bytes,
+    models: Sequence[str],
+    mutators: tuple[str, ...] = (),
+) -> FuzzExample:
+    """An example from a given body (e.g. a regression found by fuzzing), classified locally."""
+    raw = _serialize(body)
+    invalid, reason, _ = local_verdict(endpoint, raw, models)
+    return FuzzExample(endpoint, raw, mutators, invalid, reason)
 
 
 def valid_request(model: str, max_tokens: int = 2) -> dict[str, Any]:
     """The probe request that must be served after each example."""
-    return {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": max_tokens, "model": model}
+    return {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": max_tokens,
+        "model": model,
+    }

@@ -10,10 +10,13 @@ chooses its fault by its `seed`:
   (`error_kind="request"`), the rest of the batch completes.
 - `LOOP_FAULT`: the engine loop itself dies at its next step (an error outside the step's own
   handling): every waiting request must end at once, and the replica must report unhealthy.
+- `STALL_FAULT`: once it has its first token, every step that carries it takes `STALL_S`
+  seconds longer (a stalled stream): the router's inter-token timeout must end it.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import torch
@@ -26,6 +29,8 @@ from engine.scheduler import SchedulerOutput
 STEP_FAULT = 911_001
 REQUEST_FAULT = 911_002
 LOOP_FAULT = 911_003
+STALL_FAULT = 911_004
+STALL_S = 12.0
 
 
 class InjectedFault(RuntimeError):
@@ -58,8 +63,11 @@ class FaultyEngine(LLMEngine):
 
     def step(self) -> list[RequestOutput]:
         """See `LLMEngine.step`; a `LOOP_FAULT` request kills the loop."""
-        if any(s.params.seed == LOOP_FAULT for s in self._seqs.values()):
+        seqs = self._seqs.values()
+        if any(s.params.seed == LOOP_FAULT for s in seqs):
             raise InjectedFault("injected engine-loop fault")
+        if any(s.params.seed == STALL_FAULT and s.output_token_ids for s in seqs):
+            time.sleep(STALL_S)
         return super().step()
 
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:

@@ -25,7 +25,7 @@ from serve_helpers import FAST, MODEL, local_args, wait_healthy
 
 from router.app import build_app
 from router.dispatch import FALLBACK_HEADER, MODEL_HEADER
-from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT
+from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STALL_FAULT, STALL_S, STEP_FAULT
 
 pytestmark = pytest.mark.serve
 
@@ -112,6 +112,7 @@ def _fault_args() -> dict[str, Any]:
         "models": [faulty, steady],
         "policy": {"default_targets": ["faulty", "steady"]},
         "first_token_timeout_s": 10,
+        "inter_token_timeout_s": 4,
         "health_cooldown_s": 1,
         "router_deployment": {"ray_actor_options": {"num_cpus": 0.05}},
     }
@@ -178,6 +179,22 @@ def test_a_failed_first_step_falls_over(faults: httpx.Client, stream: bool) -> N
     assert (resp.headers[MODEL_HEADER], resp.headers[FALLBACK_HEADER]) == ("steady", "faulty")
     assert "[DONE]" in text if stream else json.loads(text)["model"] == "steady"
     _health_ok(faults)  # an engine error is not a replica fault
+
+
+def test_a_stalled_stream_ends_with_an_error_and_frees_its_request(faults: httpx.Client) -> None:
+    body = {"model": "faulty", "messages": HI, "max_tokens": 50, "stream": True}
+    start = time.monotonic()
+    with faults.stream("POST", "/v1/chat/completions", json={**body, "seed": STALL_FAULT}) as resp:
+        events = [line[len("data: ") :] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert time.monotonic() - start < STALL_S, "the stall was waited out, not timed out"
+    assert events[-1] == "[DONE]" and "no output for 4" in events[-2], events[-2:]
+    assert json.loads(events[-2])["error"]["code"] == "engine_error"
+    deadline = time.monotonic() + 3 * STALL_S  # the abort lands after the stalled step
+    running = 'vllm:num_requests_running{model_name="faulty"} 0.0'
+    while running not in faults.get("/metrics").text:
+        assert time.monotonic() < deadline, "the stalled request still runs in the engine"
+        time.sleep(1)
+    _health_ok(faults)
 
 
 def test_a_dead_engine_loop_fails_fast_and_the_replica_is_replaced(faults: httpx.Client) -> None:

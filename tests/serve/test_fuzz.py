@@ -15,9 +15,19 @@ from serve_helpers import FAST, MODEL
 
 from load_tests.fuzz_checks import LoadStreams, RequestPathChecker, Violation, run_examples
 from load_tests.fuzz_mutators import MUTATORS
-from load_tests.fuzz_requests import FuzzExample, classify, fuzz_examples
+from load_tests.fuzz_requests import Endpoint, FuzzExample, classify, fuzz_examples, make_example
 
 MODELS = [FAST, MODEL]
+HI = [{"role": "user", "content": "Hi"}]
+FOUND: list[tuple[Endpoint, dict[str, object]]] = [
+    # values the request schema accepts but a model once failed on (5xx), found by fuzzing
+    ("chat", {"messages": HI, "max_tokens": 2, "top_k": 2**63}),
+    ("completions", {"prompt": "0", "max_tokens": 2, "model": MODEL, "top_k": 10**30}),
+    ("chat", {"messages": HI, "max_tokens": 2, "seed": 2**64}),
+    ("chat", {"messages": HI, "max_tokens": 2, "seed": -(2**63) - 1}),
+    ("chat", {"messages": [{"role": "user", "content": "\ud800"}], "max_tokens": 2}),
+    ("completions", {"prompt": ["\udc00\ud800"], "max_tokens": 2, "model": MODEL}),
+]
 
 
 def _report(violations: list[Violation], limit: int = 8) -> str:
@@ -47,6 +57,16 @@ def test_fuzzed_requests_get_4xx_and_leave_the_server_serving(http: httpx.Client
     stats = checker.stats
     assert stats.examples == 120 and stats.valid_checks == 120
     assert not stats.violations, _report(stats.violations)
+
+
+@pytest.mark.serve
+@pytest.mark.parametrize(("endpoint", "body"), FOUND, ids=lambda v: str(v)[:40])
+def test_values_found_by_fuzzing_are_refused_or_served(
+    http: httpx.Client, endpoint: Endpoint, body: dict[str, object]
+) -> None:
+    checker = RequestPathChecker(http, MODELS, probe_max_tokens=1)
+    checker.check(make_example(endpoint, body, MODELS, ("found",)))
+    assert not checker.stats.violations, _report(checker.stats.violations)
 
 
 @pytest.mark.serve
