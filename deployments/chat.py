@@ -18,7 +18,7 @@ from deployments.choices import (
 )
 from deployments.logprobs import chat_logprobs
 from deployments.preparation import Preparer
-from deployments.prompts import sampling_params
+from deployments.prompts import encode_text, sampling_params
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
 from deployments.protocol.responses import (
@@ -120,7 +120,7 @@ class ChatHandler:
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
         text = self.template.render(messages, tools)
-        prompt = self.tokenizer.encode(text, add_special_tokens=False)
+        prompt = encode_text(self.tokenizer, text, "messages")
         schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
         param = "tools"
         if schema is None:

@@ -10,6 +10,25 @@ from engine.constraints import TokenConstraint
 from engine.sampling_params import SamplingParams
 
 
+def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
+    """Token ids of `text`.
+
+    Raises:
+        OpenAIError: 400 naming `param` when the text is not valid Unicode (JSON's `\\ud800`
+            escapes decode to lone UTF-16 surrogates, which no tokenizer can encode).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = ord(text[exc.start])
+        raise OpenAIError(
+            f"the text contains a lone UTF-16 surrogate (U+{bad:04X}), which is not a Unicode "
+            "character: send the pair, or the character itself",
+            param=param,
+        ) from None
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def completion_prompts(
     tokenizer: Any, request: CompletionRequest, vocab_size: int
 ) -> list[list[int]]:
@@ -29,7 +48,7 @@ def completion_prompts(
         raise OpenAIError("prompt must not be empty", param="prompt")
     out = []
     for item in prompts:
-        ids = tokenizer.encode(item, add_special_tokens=False) if isinstance(item, str) else item
+        ids = encode_text(tokenizer, item, "prompt") if isinstance(item, str) else item
         if not ids:
             raise OpenAIError("prompt must not be empty", param="prompt")
         bad = [t for t in ids if not 0 <= t < vocab_size]

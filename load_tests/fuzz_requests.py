@@ -1,8 +1,9 @@
 """Hypothesis strategies of request bodies for fuzzing `/v1/chat/completions` and `/v1/completions`.
 
-A base body is drawn by `hypothesis_jsonschema.from_schema` from the request model's own JSON
-Schema (`ChatCompletionRequest` / `CompletionRequest`), adapted so that hypothesis-jsonschema
-can use it and examples stay cheap: `$ref`s inlined, annotations and pydantic's
+A base body is drawn from the request model's own JSON Schema (`ChatCompletionRequest` /
+`CompletionRequest`) with `hypothesis_jsonschema.from_schema` (objects are composed here, see
+`schema_strategy`), the schema adapted so that hypothesis-jsonschema can use it and examples
+stay cheap: `$ref`s inlined, annotations and pydantic's
 `discriminator` dropped, lists and strings capped, open objects (`parameters`, `schema`,
 `arguments`, `logit_bias`) replaced by a few realistic values. Every valid body gets
 `max_tokens` 1..4 and a served model id (or no `model`), so serving one costs little.

@@ -12,7 +12,7 @@ validated model travels on to the model replica, whose code reads its typed fiel
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
@@ -26,6 +26,10 @@ from deployments.protocol.tools import (
     by_type,
     over_limit,
 )
+
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Integer fields the sampler puts in tensors are bounded, so no value can fail a batch."""
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -90,19 +94,19 @@ class _SamplingFields(_Base):
     model: str | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
     n: int | None = Field(None, ge=1, le=16)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     stream: StrictBool | None = None  # strict: `wants_stream` reads raw bodies the same way
     stream_options: StreamOptions | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)  # what torch generators take
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     ignore_eos: bool | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = None
 
     @field_validator("stop")
     @classmethod

@@ -7,6 +7,7 @@ OpenAI error object on a 4xx, leave `/health` unchanged, and be followed by a se
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import httpx
@@ -19,14 +20,25 @@ from load_tests.fuzz_requests import Endpoint, FuzzExample, classify, fuzz_examp
 
 MODELS = [FAST, MODEL]
 HI = [{"role": "user", "content": "Hi"}]
-FOUND: list[tuple[Endpoint, dict[str, object]]] = [
-    # values the request schema accepts but a model once failed on (5xx), found by fuzzing
-    ("chat", {"messages": HI, "max_tokens": 2, "top_k": 2**63}),
-    ("completions", {"prompt": "0", "max_tokens": 2, "model": MODEL, "top_k": 10**30}),
-    ("chat", {"messages": HI, "max_tokens": 2, "seed": 2**64}),
-    ("chat", {"messages": HI, "max_tokens": 2, "seed": -(2**63) - 1}),
-    ("chat", {"messages": [{"role": "user", "content": "\ud800"}], "max_tokens": 2}),
-    ("completions", {"prompt": ["\udc00\ud800"], "max_tokens": 2, "model": MODEL}),
+FOUND = [  # values the request schema accepts but a model failed on (5xx), found by fuzzing
+    pytest.param("chat", {"messages": HI, "max_tokens": 2, "top_k": 2**63}, id="top_k-2^63"),
+    pytest.param(
+        "completions",
+        {"prompt": "0", "max_tokens": 2, "model": MODEL, "top_k": 10**30},
+        id="top_k-1e30",
+    ),
+    pytest.param("chat", {"messages": HI, "max_tokens": 2, "seed": 2**64}, id="seed-2^64"),
+    pytest.param("chat", {"messages": HI, "max_tokens": 2, "seed": -(2**63) - 1}, id="seed-neg"),
+    pytest.param(
+        "chat",
+        {"messages": [{"role": "user", "content": "\ud800"}], "max_tokens": 2},
+        id="lone-surrogate-content",
+    ),
+    pytest.param(
+        "completions",
+        {"prompt": ["\udc00\ud800"], "max_tokens": 2, "model": MODEL},
+        id="lone-surrogate-prompt",
+    ),
 ]
 
 
@@ -60,13 +72,26 @@ def test_fuzzed_requests_get_4xx_and_leave_the_server_serving(http: httpx.Client
 
 
 @pytest.mark.serve
-@pytest.mark.parametrize(("endpoint", "body"), FOUND, ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize(("endpoint", "body"), FOUND)
 def test_values_found_by_fuzzing_are_refused_or_served(
     http: httpx.Client, endpoint: Endpoint, body: dict[str, object]
 ) -> None:
     checker = RequestPathChecker(http, MODELS, probe_max_tokens=1)
     checker.check(make_example(endpoint, body, MODELS, ("found",)))
     assert not checker.stats.violations, _report(checker.stats.violations)
+
+
+@pytest.mark.serve
+def test_values_found_by_fuzzing_do_not_fail_concurrent_streams(
+    http: httpx.Client, serve_url: str
+) -> None:
+    """A request a model cannot serve fails alone, not the streams decoding beside it."""
+    checker = RequestPathChecker(http, MODELS, check_every=len(FOUND), probe_max_tokens=1)
+    with LoadStreams(serve_url, MODELS, per_model=1, max_tokens=32) as load:
+        time.sleep(2)  # the streams are decoding
+        for endpoint, body in (param.values for param in FOUND):
+            checker.check(make_example(endpoint, body, MODELS, ("found",)))  # type: ignore[arg-type]
+    assert load.records and not load.errors, load.summary()
 
 
 @pytest.mark.serve
