@@ -1,4 +1,8 @@
-"""Engine logprobs -> OpenAI logprob objects (chat and legacy completions)."""
+"""Engine logprobs -> OpenAI logprob objects (chat and legacy completions).
+
+A masked token (grammar, top-k) has logprob -inf, which JSON cannot carry: it is reported as
+`MIN_LOGPROB`, as vLLM does (`serving_chat.py`, `max(logprob, -9999.0)`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,13 @@ from typing import Any
 
 from deployments.protocol.responses import ChatTokenLogprob, CompletionLogprobs, TopLogprob
 from engine.outputs import TokenLogprob
+
+MIN_LOGPROB = -9999.0
+
+
+def finite(logprob: float) -> float:
+    """`logprob` as a JSON-safe number: -inf (and NaN) become `MIN_LOGPROB`."""
+    return logprob if logprob >= MIN_LOGPROB else MIN_LOGPROB
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -21,10 +32,13 @@ def chat_logprobs(tokenizer: Any, entries: tuple[TokenLogprob, ...]) -> list[Cha
         tops = []
         for tid, lp in e.top:
             t = token_text(tokenizer, tid)
-            tops.append(TopLogprob(token=t, logprob=lp, bytes=list(t.encode())))
+            tops.append(TopLogprob(token=t, logprob=finite(lp), bytes=list(t.encode())))
         items.append(
             ChatTokenLogprob(
-                token=text, logprob=e.logprob or 0.0, bytes=list(text.encode()), top_logprobs=tops
+                token=text,
+                logprob=finite(e.logprob or 0.0),
+                bytes=list(text.encode()),
+                top_logprobs=tops,
             )
         )
     return items
@@ -43,9 +57,9 @@ def append_completion_logprobs(
     for e in entries:
         text = token_text(tokenizer, e.token_id)
         target.tokens.append(text)
-        target.token_logprobs.append(e.logprob)
+        target.token_logprobs.append(None if e.logprob is None else finite(e.logprob))
         target.top_logprobs.append(
-            None if e.logprob is None else {token_text(tokenizer, t): lp for t, lp in e.top}
+            None if e.logprob is None else {token_text(tokenizer, t): finite(lp) for t, lp in e.top}
         )
         target.text_offset.append(text_offset)
         text_offset += len(text)

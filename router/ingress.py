@@ -67,13 +67,18 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
 
 
 async def _sse(items: AsyncGenerator[BaseModel, None]) -> AsyncIterator[str]:
-    """Relay chunks as server-sent events, ending with `data: [DONE]`."""
+    """Relay chunks as server-sent events, ending with `data: [DONE]` (after an error event
+    when the stream fails)."""
     try:
         async for item in items:
             if isinstance(item, ErrorResponse):
                 yield error_sse(item)
                 break
             yield f"data: {item.model_dump_json()}\n\n"
+    except Exception:  # a router bug mid-stream still ends the stream in OpenAI form
+        rid = current_request_id()
+        logger.exception("request %s: the stream failed in the router", rid)
+        yield error_sse(internal_error(rid, "the router").response())
     finally:
         await items.aclose()  # client gone or stream done: the model request ends too
     yield "data: [DONE]\n\n"
@@ -174,13 +179,13 @@ class Router:
                 else parse_body(raw, limits)
             )
             outcome = await self.gateway.route(method, schema, body, request.headers)
+            return _http_result(outcome)
         except OpenAIError as exc:
             return error_json(exc)
         except Exception:  # a router bug is still answered in OpenAI form, opaquely
             rid = current_request_id()
             logger.exception("request %s: %s failed in the router", rid, method)
             return error_json(internal_error(rid, "the router"))
-        return _http_result(outcome)
 
     @app.post("/v1/chat/completions")
     async def http_chat(self, request: Request) -> Response:

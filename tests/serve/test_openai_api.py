@@ -190,3 +190,37 @@ def test_metrics_include_engine_metrics_with_vllm_names(http: httpx.Client) -> N
         assert name in text, name
     assert f'model_name="{MODEL}"' in text
     assert text.count("# TYPE vllm:num_requests_running gauge") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_masked_alternatives_have_finite_logprobs(http: httpx.Client, stream: bool) -> None:
+    """A grammar masks most of the vocabulary (-inf): JSON carries -9999.0 instead (found by
+    fuzzing: the non-streamed body failed to serialise)."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Give me a JSON object."}],
+        "response_format": {"type": "json_object"},
+        "logprobs": True,
+        "top_logprobs": 20,
+        "max_tokens": 4,
+        "stream": stream,
+    }
+    if stream:
+        status, data = post_stream(http, "/v1/chat/completions", body)
+    else:
+        resp = http.post("/v1/chat/completions", json=body)
+        status, data = resp.status_code, ([resp.json()], True)
+    assert status == 200, data
+    values = [lp for doc in data[0] for lp in _logprobs(doc)]
+    assert values and all(-9999.0 <= v <= 0.0 for v in values), values
+    assert -9999.0 in values, "expected masked alternatives among the top 20"
+
+
+def _logprobs(doc: object) -> list[float]:
+    """Every `logprob` value in a response document."""
+    if isinstance(doc, dict):
+        own = [doc["logprob"]] if "logprob" in doc else []
+        return own + [v for value in doc.values() for v in _logprobs(value)]
+    if isinstance(doc, list):
+        return [v for item in doc for v in _logprobs(item)]
+    return []
