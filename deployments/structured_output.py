@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import xgrammar as xgr
@@ -47,6 +48,17 @@ def tool_choice_schema(
     return schema
 
 
+# xgrammar's messages start with its log prefix, `[hh:mm:ss] /path/file.cc:123: `, and checks
+# add `Check failed: (expr) is false: `; neither is for a client.
+_XGRAMMAR_NOISE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: |Check failed: \(.*?\) is false: ")
+
+
+def grammar_error(exc: Exception) -> str:
+    """What was wrong with a schema, from an xgrammar exception, for the client."""
+    text = _XGRAMMAR_NOISE.sub("", str(exc)).split("The JSON string is:")[0].strip()
+    return text[:300] or "the grammar compiler rejected it"
+
+
 class GrammarFactory:
     """Compiles JSON-schema grammars for one tokenizer (compiled grammars are cached).
 
@@ -74,5 +86,7 @@ class GrammarFactory:
             # key order matters: the grammar emits properties in the schema's order
             compiled = self._compile(json.dumps(schema))
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError on bad schemas
-            raise OpenAIError(f"unsupported JSON schema: {exc}", param=param) from None
+            raise OpenAIError(
+                f"unsupported JSON schema: {grammar_error(exc)}", param=param
+            ) from None
         return GrammarConstraint(compiled, self.vocab_size)

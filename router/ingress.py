@@ -50,7 +50,8 @@ from router.model_pool import ModelStream
 
 logger = logging.getLogger(__name__)
 
-app = FastAPI(title="ascend-router")
+# no /docs, /redoc or /openapi.json: the API is OpenAI's, and Swagger UI would load from a CDN
+app = FastAPI(title="ascend-router", docs_url=None, redoc_url=None, openapi_url=None)
 
 _INLINE_BYTES = 256 * 1024
 """Bodies up to this size are parsed on the event loop (well under a millisecond)."""

@@ -67,7 +67,7 @@ def parse_body(body: bytes, limits: RequestLimits) -> object:
         )
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int over 4,300 digits
         raise OpenAIError(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None

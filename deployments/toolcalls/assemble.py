@@ -58,7 +58,11 @@ def assemble(events: Iterable[ParserEvent]) -> dict[str, Any]:
 
 
 def finish_reason(has_tool_calls: bool, engine_finish_reason: str | None) -> str:
-    """`"tool_calls"` iff a call was sent, else the engine's reason (`"stop"` by default)."""
+    """PROTOCOL.md S7: `"length"` whenever the engine stopped at `max_tokens` (a call may have
+    been cut off); else `"tool_calls"` iff a call was sent; else the engine's reason (`"stop"`
+    by default)."""
+    if engine_finish_reason == "length":
+        return "length"
     return "tool_calls" if has_tool_calls else (engine_finish_reason or "stop")
 
 

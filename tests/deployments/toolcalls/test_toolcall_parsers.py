@@ -197,6 +197,17 @@ def test_finish_reason_length_without_calls() -> None:
     assert (
         _choice("Once upon a", "auto", engine_finish_reason="length")["finish_reason"] == "length"
     )
-    assert (
-        _choice(HERMES_CALL, "auto", engine_finish_reason="length")["finish_reason"] == "tool_calls"
-    )
+    # PROTOCOL.md S7: `length` whenever generation stopped at max_tokens, calls or not
+    assert _choice(HERMES_CALL, "auto", engine_finish_reason="length")["finish_reason"] == "length"
+
+
+def test_a_required_answer_cut_by_max_tokens_finishes_with_length() -> None:
+    """PROTOCOL.md S7: the whole first call is kept, and the reason is `length`, not
+    `tool_calls` (found by a new-user trial: a cut-off third call was reported as done)."""
+    whole = '{"name": "get_time", "parameters": {"zone": "UTC"}}'
+    raw = f'[{whole}, {{"name": "get_time", "parameters": {{"zone": "U'
+    result = _choice(raw, "required", constrained_output="array", engine_finish_reason="length")
+    assert result["finish_reason"] == "length"
+    assert [json.loads(c["function"]["arguments"]) for c in result["tool_calls"][:1]] == [
+        {"zone": "UTC"}
+    ]
