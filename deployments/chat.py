@@ -93,29 +93,23 @@ class ChatHandler:
         self.grammars = grammars
         self.settings = settings
 
-    def _tools(self, request: ChatCompletionRequest) -> list[dict[str, Any]] | None:
-        """The tools the template renders (none under `tool_choice: none`).
+    def _prepare(self, request: ChatCompletionRequest) -> _Prepared:
+        """Template, tokens, grammar and sampling parameters (CPU work, off the event loop).
 
         Raises:
-            OpenAIError: 400 when the request has tools and this model has no `tool_parser`
-                (`ModelDeploymentConfig.supports_tools`; the router never sends them here).
+            OpenAIError: 400 for what this model cannot serve: tools without a `tool_parser`
+                (`ModelDeploymentConfig.supports_tools`; the router never sends them here),
+                the template, the context, the schema.
         """
-        if request.tools and self.settings.tool_parser is None:
+        tool_dicts = request.tool_dicts()
+        if tool_dicts and self.settings.tool_parser is None:
             raise OpenAIError(
                 f"model {self.settings.model_id} does not support tools (its deployment config "
                 "sets no tool_parser)",
                 param="tools",
             )
-        return request.tool_dicts() if request.resolved_tool_choice().kind != "none" else None
-
-    def _prepare(self, request: ChatCompletionRequest) -> _Prepared:
-        """Template, tokens, grammar and sampling parameters (CPU work, off the event loop).
-
-        Raises:
-            OpenAIError: 400 for what this model cannot serve (tools, template, context, schema).
-        """
-        tools = self._tools(request)
         choice = request.resolved_tool_choice()
+        tools = tool_dicts if choice.kind != "none" else None  # the tools the template renders
         messages = normalize_history(request.messages, self.settings.strict_tool_history)
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
@@ -126,12 +120,12 @@ class ChatHandler:
         if schema is None:
             schema, param = response_format_schema(request.response_format), "response_format"
         setup = None
-        if request.tools:
-            assert self.settings.tool_parser is not None, "checked by _tools"
+        if tool_dicts:
+            assert self.settings.tool_parser is not None, "checked above"
             setup = ToolSetup(
                 choice,
                 self.settings.tool_parser,
-                request.tool_dicts(),
+                tool_dicts,
                 text[-64:],
                 constrained=choice.kind in ("required", "named"),
             )

@@ -12,8 +12,8 @@ from typing import Any
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.protocol.errors import (
     ENGINE_ERROR,
-    ENGINE_UNAVAILABLE,
     OpenAIError,
+    engine_unavailable,
     internal_error,
 )
 from deployments.protocol.request_id import current_request_id
@@ -49,11 +49,7 @@ class ChoiceDelta:
 def engine_failure(out: RequestOutput) -> OpenAIError:
     """The error a client gets for an engine output that ended in an error, by what failed."""
     if out.error_kind == "dead":
-        return OpenAIError(
-            "this model's engine is not running; its replica is being replaced",
-            status_code=503,
-            code=ENGINE_UNAVAILABLE,
-        )
+        return engine_unavailable(out.error or "the engine loop ended")
     if out.error_kind == "step":
         return OpenAIError(
             "the engine step that carried this request failed", status_code=500, code=ENGINE_ERROR
@@ -79,11 +75,7 @@ async def admit(
         for stream in streams:
             await stream.aclose()
         if isinstance(exc, EngineDead):
-            raise OpenAIError(
-                f"this model's engine is not running ({exc})",
-                status_code=503,
-                code=ENGINE_UNAVAILABLE,
-            ) from None
+            raise engine_unavailable(str(exc)) from None
         raise
     return streams
 

@@ -23,9 +23,9 @@ from deployments.chat_template import ChatTemplate
 from deployments.completions import CompletionHandler
 from deployments.preparation import Preparer
 from deployments.protocol.errors import (
-    ENGINE_UNAVAILABLE,
     ErrorResponse,
     OpenAIError,
+    engine_unavailable,
     internal_error,
 )
 from deployments.protocol.request_id import current_request_id
@@ -126,11 +126,7 @@ class ModelServer:
         try:
             dead = self.engine.dead_reason()
             if dead is not None:
-                raise OpenAIError(
-                    f"this model's engine is not running ({dead})",
-                    status_code=503,
-                    code=ENGINE_UNAVAILABLE,
-                )
+                raise engine_unavailable(dead)
             req = parse_request(model, request)  # the router's validated model passes as is
             if req.stream:
                 return _guarded(await stream(req), self.where)

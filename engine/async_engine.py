@@ -185,15 +185,18 @@ class AsyncEngine:
 
     def alive(self) -> bool:
         """Whether the engine loop runs and no step has been running for `stall_timeout_s`."""
-        started = self._step_started
-        stalled = started is not None and time.monotonic() - started > self._stall_timeout_s
-        return self._thread.is_alive() and self._dead is None and not stalled
+        return self.dead_reason() is None
 
     def dead_reason(self) -> str | None:
         """Why the engine cannot serve (loop ended or a step stalled); None while it can."""
-        if self.alive():
-            return None
-        return self._dead or "an engine step has been running too long (stalled)"
+        if self._dead is not None:
+            return self._dead
+        if not self._thread.is_alive():
+            return "the engine loop is not running"
+        started = self._step_started
+        if started is not None and time.monotonic() - started > self._stall_timeout_s:
+            return f"an engine step has been running for over {self._stall_timeout_s} s"
+        return None
 
     def shutdown(self) -> None:
         """Stop the engine thread (outstanding requests end with finish reason `abort`)."""
@@ -249,8 +252,8 @@ class AsyncEngine:
             self._fail_all("the engine loop died")
 
     def _fail_all(self, reason: str) -> None:
-        """End every queued and running request with an `engine_unavailable` error, and make
-        every later `add` fail at once."""
+        """End every queued and running request with an error output (`error_kind="dead"`),
+        and make every later `add` fail at once with `EngineDead`."""
         with self._cond:
             self._dead = reason
             cmds, self._inbox = self._inbox, []

@@ -88,6 +88,19 @@ def internal_error(request_id: str, where: str) -> OpenAIError:
     )
 
 
+def engine_unavailable(reason: str) -> OpenAIError:
+    """The 503 `ENGINE_UNAVAILABLE` for a request to a replica whose engine loop is not running.
+
+    Args:
+        reason: Why, as the engine says it (e.g. `the engine loop died`).
+    """
+    return OpenAIError(
+        f"this model's engine is not running ({reason}); its replica is being replaced",
+        status_code=503,
+        code=ENGINE_UNAVAILABLE,
+    )
+
+
 def _type_for(status: int) -> str:
     if status == 401:
         return "authentication_error"
