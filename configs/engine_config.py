@@ -75,6 +75,29 @@ class EngineConfig(BaseModel):
             "only."
         ),
     )
+    output_quantization: Literal["none", "int8"] = Field(
+        "none",
+        description=(
+            "`int8`: CPU keeps a per-channel int8 copy of the output projection (lm_head) and "
+            "uses it for steps whose head input has at most 4 rows (SmolLM2, bfloat16: 3.0 -> "
+            "1.7 ms on two threads, 6.0 -> 3.4 ms on one); larger steps use the float weight. "
+            "Costs the copy's bytes (vocab x hidden) and moves logits by the int8 rounding, so "
+            "greedy output can differ from `none`; see engine/quantization/int8_head.py."
+        ),
+    )
+    batch_invariant: bool = Field(
+        False,
+        description=(
+            "True: a token's logits are computed by the same kernels whatever it shares a step "
+            "with, so a request's output never depends on the other requests (int4 decode "
+            "always through the int4 GEMV, the int8 output copy at every batch size). Costs "
+            "speed at larger decode batches (SmolLM2 bfloat16 + int4, batch 16: the int4 "
+            "linears take ~22 ms of the step against ~11 ms through the dense copy). False: "
+            "decode steps of 8 or more generated tokens use the dense copy (and steps of more "
+            "than 4 rows the float output projection), which changes the summation order, so "
+            "the rare near-tie can resolve differently at another load."
+        ),
+    )
     num_threads: int | None = Field(
         None, gt=0, description="CPU: torch intra-op threads (default: all host cores)."
     )

@@ -94,13 +94,23 @@ class LLMEngine:
         spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
         self.executor: Executor
         if tensor_parallel_size == 1:
-            model = load_model(ref, self.dtype, self.device, config.weight_quantization)
+            model = load_model(
+                ref,
+                self.dtype,
+                self.device,
+                config.weight_quantization,
+                config.output_quantization,
+                config.batch_invariant,
+            )
             self.executor = LocalExecutor(
                 model, spec, config.block_size, self.device, config.enforce_eager
             )
         else:
-            if config.weight_quantization != "none":
-                raise ValueError("weight_quantization runs with tensor_parallel_size 1 only")
+            if config.weight_quantization != "none" or config.output_quantization != "none":
+                raise ValueError(
+                    "weight_quantization and output_quantization run with tensor_parallel_size "
+                    "1 only"
+                )
             from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
 
             self.executor = RayExecutor(

@@ -28,6 +28,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from engine.attention import ATTENTION_NAME
 from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
+from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
 
 logger = logging.getLogger(__name__)
@@ -177,11 +178,15 @@ def load_model(
     dtype: torch.dtype,
     device: torch.device,
     weight_quantization: str = "none",
+    output_quantization: str = "none",
+    batch_invariant: bool = True,
 ) -> torch.nn.Module:
     """Instantiate the HF causal-LM class for the checkpoint with paged attention.
 
     With `weight_quantization="int4"` the weights are loaded in float32, the linears quantised
-    (`engine.quantization.weight_int4`), and the rest cast to `dtype`.
+    (`engine.quantization.weight_int4`), and the rest cast to `dtype`. With
+    `output_quantization="int8"` on CPU the output projection gets an int8 copy for small steps
+    (`engine.quantization.int8_head`). `batch_invariant` is `EngineConfig.batch_invariant`.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
@@ -192,12 +197,13 @@ def load_model(
             the wrong shape, or a file transformers cannot read.
     """
     _check_shards(ref)
+    exact_first = weight_quantization == "int4" or output_quantization == "int8"
     try:
         # Mismatched shapes are collected (not raised as a multi-line report) and reported by
         # `_check_loading_info`, which never lets a re-initialised tensor through.
         loaded = AutoModelForCausalLM.from_pretrained(
             ref.directory,
-            dtype=torch.float32 if weight_quantization == "int4" else dtype,
+            dtype=torch.float32 if exact_first else dtype,
             attn_implementation=ATTENTION_NAME,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
@@ -211,9 +217,14 @@ def load_model(
     _check_loading_info(ref, info)
     apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
     if weight_quantization == "int4":
-        replaced = quantize_linears_int4(model, device)
+        replaced = quantize_linears_int4(model, device, batch_invariant=batch_invariant)
         logger.info("int4 weight-only: %d linear layers quantised", replaced)
-        model.to(dtype=dtype)  # float32 so far; the int4 codes are not floating point
+    if output_quantization == "int8" and device.type == "cpu":
+        max_rows = None if batch_invariant else INT8_MAX_ROWS
+        model.set_output_embeddings(Int8CopyOutputHead(model.get_output_embeddings(), max_rows))
+        logger.info("output projection: int8 copy for steps of %s rows", max_rows or "all")
+    if exact_first:
+        model.to(dtype=dtype)  # float32 so far; the int4/int8 codes are not floating point
     model.to(device).eval()
     n_bytes = weight_bytes(model)
     logger.info("loaded %s: %.1f MiB of weights, %s", type(model).__name__, n_bytes / 2**20, dtype)

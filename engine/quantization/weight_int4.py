@@ -13,15 +13,21 @@ same 4 bits per weight that llama.cpp reads, instead of 16 or 32.
 
 On CPU, generated tokens (decode) go through `torch._weight_int4pack_mm_for_cpu` (weights
 packed once by `torch._convert_weight_to_int4pack_for_cpu`). That kernel streams 4-bit weights
-(SmolLM2, 30 layers, batch 1: 4.5 ms against 21 ms for bfloat16) but its cost grows with every
-row (≈11 µs per row for a 1536×576 weight), so prompt tokens (prefill) go through a dense copy
-of the dequantised weights in the serving dtype and an ordinary GEMM (128 rows: 0.68 ms against
-1.40 ms). On CPU the layer therefore holds both, trading host memory for speed. The split is by
-token kind, read from the step's `engine.forward_context`, not by batch size: both kernels give
-each row the same result whatever the other rows, so a token's output does not depend on its
-batch (a single row is sent to the GEMM as two, since torch's one-row GEMV sums in another
-order). A call outside an engine step, or on a subset of the step's tokens (MoE experts), uses
-the int4 kernel for every row. Elsewhere than CPU the reference dequantises the codes per call,
+(SmolLM2, 30 layers, batch 1: 4.5 ms against 21 ms for bfloat16) but it reads them again for
+every row: one thread, bfloat16, a 1536×576 weight costs 49 µs at 1 row, 167 µs at 8 and
+331 µs at 16, where the dense GEMM costs 82, 127 and 188 µs (`load_tests.step_profile`
+measures the whole step). So prompt tokens (prefill) go through a dense copy of the
+dequantised weights in the serving dtype and an ordinary GEMM, and so do generated tokens once
+a step holds `DENSE_MIN_ROWS` of them (the crossover summed over one SmolLM2 layer's seven
+linears); on CPU the layer therefore holds both, trading host memory for speed.
+
+Both kernels give each row the same result whatever the other rows (a single row is sent to
+the GEMM as two, since torch's one-row GEMV sums in another order), so the kernel, not the
+batch, decides a token's result. With `dense_min_rows=None` (the engine's `batch_invariant`
+setting) the split is by token kind only, read from the step's `engine.forward_context`, and a
+request's output never depends on its neighbours; otherwise a generated token's kernel also
+depends on how many generated tokens share its step. A call outside an engine step, or on a
+subset of the step's tokens (MoE experts), uses the int4 kernel for every row. Elsewhere than CPU the reference dequantises the codes per call,
 which is correct but saves no memory traffic (Ascend's `npu_weight_quant_batchmatmul` is the
 kernel to wire there).
 """
@@ -35,6 +41,8 @@ from engine.forward_context import current_forward_context
 
 GROUP_SIZE = 32
 """Input weights per scale/zero pair (GGUF Q4_1's block size)."""
+DENSE_MIN_ROWS = 8
+"""Generated tokens per step from which the dense GEMM beats the int4 GEMV (see above)."""
 _MAX_CODE = 15
 _MID_CODE = 8
 
@@ -89,15 +97,22 @@ class Int4WeightLinear(nn.Module):
         group_size: input weights per scale/zero pair.
         cpu_kernel: pack for, and compute with, torch's CPU int4 kernel (the layer must then
             stay on CPU); False keeps plain codes for the dequantising reference.
+        dense_min_rows: generated tokens per step from which they, too, go through the dense
+            copy; None keeps them on the int4 kernel at every batch size (batch invariance).
 
     Raises:
         ValueError: `in_features` is not a multiple of `group_size`.
     """
 
     def __init__(
-        self, linear: nn.Linear, group_size: int = GROUP_SIZE, cpu_kernel: bool = True
+        self,
+        linear: nn.Linear,
+        group_size: int = GROUP_SIZE,
+        cpu_kernel: bool = True,
+        dense_min_rows: int | None = None,
     ) -> None:
         super().__init__()
+        self.dense_min_rows = dense_min_rows
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.group_size = group_size
         codes, scales, zeros = quantize_int4(linear.weight.detach(), group_size)
@@ -127,7 +142,8 @@ class Int4WeightLinear(nn.Module):
         ctx = current_forward_context()
         if ctx is None or flat.shape[0] != len(ctx.prompt_rows) + len(ctx.generated_rows):
             return self._int4(flat)
-        if not len(ctx.generated_rows):
+        generated = len(ctx.generated_rows)
+        if not generated or (self.dense_min_rows is not None and generated >= self.dense_min_rows):
             return self._dense(flat)
         if not len(ctx.prompt_rows):
             return self._int4(flat)
@@ -159,7 +175,10 @@ class Int4WeightLinear(nn.Module):
 
 
 def quantize_linears_int4(
-    model: nn.Module, device: torch.device, group_size: int = GROUP_SIZE
+    model: nn.Module,
+    device: torch.device,
+    group_size: int = GROUP_SIZE,
+    batch_invariant: bool = True,
 ) -> int:
     """Replace every `nn.Linear` but the output projection with an `Int4WeightLinear`.
 
@@ -167,6 +186,8 @@ def quantize_linears_int4(
         model: the loaded float32 model, still on the host.
         device: where the model will run (selects the CPU kernel's packing or the reference).
         group_size: input weights per scale/zero pair.
+        batch_invariant: keep generated tokens on the int4 kernel at every batch size; False
+            sends decode batches of `DENSE_MIN_ROWS` or more through the dense GEMM.
 
     The output projection (often tied to the input embedding) stays in float. Call it on the
     float32 model before casting it to the serving dtype, so that codes come from exact weights.
@@ -188,6 +209,11 @@ def quantize_linears_int4(
         setattr(
             model.get_submodule(parent_name),
             child,
-            Int4WeightLinear(module, group_size, device.type == "cpu"),
+            Int4WeightLinear(
+                module,
+                group_size,
+                device.type == "cpu",
+                None if batch_invariant else DENSE_MIN_ROWS,
+            ),
         )
     return len(targets)

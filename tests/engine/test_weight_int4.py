@@ -12,6 +12,7 @@ from engine.forward_context import ForwardContext, forward_context
 from engine.llm_engine import LLMEngine
 from engine.model_loader import CheckpointRef, load_model
 from engine.quantization.weight_int4 import (
+    DENSE_MIN_ROWS,
     Int4WeightLinear,
     dequantize_int4,
     quantize_int4,
@@ -85,6 +86,25 @@ def test_a_rows_result_does_not_depend_on_its_batch() -> None:
         assert torch.equal(alone[0], batch[row]), row
     with _ctx([0, 1, 2], []):  # a prompt chunk of three
         assert torch.equal(layer(x[3:6]), batch[3:6])
+
+
+def test_large_decode_batches_go_through_the_dense_copy() -> None:
+    """Without batch invariance, a step of DENSE_MIN_ROWS generated tokens uses the dense GEMM;
+    below that, each generated token gets the int4 kernel's result."""
+    torch.manual_seed(3)
+    linear = nn.Linear(576, 1536, bias=False)
+    fast = Int4WeightLinear(linear, dense_min_rows=DENSE_MIN_ROWS).to(torch.bfloat16)
+    invariant = Int4WeightLinear(linear).to(torch.bfloat16)
+    x = torch.randn(DENSE_MIN_ROWS, 576).bfloat16()
+    rows = list(range(DENSE_MIN_ROWS))
+    with _ctx([], rows):
+        assert torch.equal(fast(x), x @ fast.dense.t())
+        assert torch.equal(invariant(x), invariant._int4(x))
+    with _ctx([], rows[:-1]):
+        assert torch.equal(fast(x[:-1]), invariant._int4(x[:-1]))
+    y = torch.randn(DENSE_MIN_ROWS + 1, 576).bfloat16()
+    with _ctx([0], list(range(1, DENSE_MIN_ROWS + 1))):  # a prompt token, enough generated: GEMM
+        assert torch.equal(fast(y), y @ fast.dense.t())
 
 
 def test_q4_1_gguf_weights_are_held_exactly(smollm2_path: str) -> None:
