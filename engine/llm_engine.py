@@ -101,6 +101,7 @@ class LLMEngine:
                 config.weight_quantization,
                 config.output_quantization,
                 config.batch_invariant,
+                activation_quantization=config.activation_quantization,
             )
             self.executor = LocalExecutor(
                 model, spec, config.block_size, self.device, config.enforce_eager

@@ -26,10 +26,12 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from engine.attention import ATTENTION_NAME
+from engine.fused_layers import use_fused_layers
 from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
+from npu_ops.cpu_kernels import int4_int8_unavailable, load_int4_int8_gemm
 
 logger = logging.getLogger(__name__)
 
@@ -180,13 +182,18 @@ def load_model(
     weight_quantization: str = "none",
     output_quantization: str = "none",
     batch_invariant: bool = True,
+    fused_layers: bool = True,
+    activation_quantization: str = "none",
 ) -> torch.nn.Module:
     """Instantiate the HF causal-LM class for the checkpoint with paged attention.
 
     With `weight_quantization="int4"` the weights are loaded in float32, the linears quantised
     (`engine.quantization.weight_int4`), and the rest cast to `dtype`. With
     `output_quantization="int8"` on CPU the output projection gets an int8 copy for small steps
-    (`engine.quantization.int8_head`). `batch_invariant` is `EngineConfig.batch_invariant`.
+    (`engine.quantization.int8_head`). `batch_invariant` and `activation_quantization` are
+    `EngineConfig`'s (int8 activations for the int4 linears where `int4_int8_gemm` runs here).
+    `fused_layers` swaps the HF norm, MLP and attention modules for ours
+    (`engine.fused_layers`); tensor-parallel ranks pass False and swap after sharding.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
@@ -216,9 +223,18 @@ def load_model(
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
     apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
+    if fused_layers:
+        use_fused_layers(model)  # before int4: merged projections are quantised as one layer
     if weight_quantization == "int4":
-        replaced = quantize_linears_int4(model, device, batch_invariant=batch_invariant)
-        logger.info("int4 weight-only: %d linear layers quantised", replaced)
+        int8 = activation_quantization == "int8" and _int4_int8_kernel(device)
+        replaced = quantize_linears_int4(
+            model, device, batch_invariant=batch_invariant, int8_activations=int8
+        )
+        logger.info(
+            "int4 weight-only: %d linear layers quantised, decode activations %s",
+            replaced,
+            "int8 (int4_int8_gemm)" if int8 else "float",
+        )
     if output_quantization == "int8" and device.type == "cpu":
         max_rows = None if batch_invariant else INT8_MAX_ROWS
         model.set_output_embeddings(Int8CopyOutputHead(model.get_output_embeddings(), max_rows))
@@ -229,6 +245,16 @@ def load_model(
     n_bytes = weight_bytes(model)
     logger.info("loaded %s: %.1f MiB of weights, %s", type(model).__name__, n_bytes / 2**20, dtype)
     return model
+
+
+def _int4_int8_kernel(device: torch.device) -> bool:
+    """Load `int4_int8_gemm` for a CPU model; False (logged) where it cannot run."""
+    reason = "the model is not on the CPU" if device.type != "cpu" else int4_int8_unavailable()
+    if reason is not None:
+        logger.warning("activation_quantization int8 ignored: %s; torch's int4 kernel runs", reason)
+        return False
+    load_int4_int8_gemm()
+    return True
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from engine.executor import ModelShard
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
+from engine.fused_layers import use_fused_layers
 from engine.model_loader import CheckpointRef, load_model
 from engine.parallel.sharding import shard_model
 from engine.step_input import StepInput
@@ -94,8 +95,9 @@ class RankWorker:
         """
         platform = current_platform()
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
-        model = load_model(CheckpointRef.from_path(checkpoint), dtype, device)
+        model = load_model(CheckpointRef.from_path(checkpoint), dtype, device, fused_layers=False)
         shard_model(model, model.config, self.rank, self.world, expert_parallel)
+        use_fused_layers(model)
         self.shard = ModelShard(model, spec, block_size, device, enforce_eager)
         logger.info(
             "rank %d/%d ready on %s (%s)", self.rank, self.world, device, platform.dist_backend

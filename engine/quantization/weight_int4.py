@@ -13,23 +13,24 @@ same 4 bits per weight that llama.cpp reads, instead of 16 or 32.
 
 On CPU, generated tokens (decode) go through `torch._weight_int4pack_mm_for_cpu` (weights
 packed once by `torch._convert_weight_to_int4pack_for_cpu`). That kernel streams 4-bit weights
-(SmolLM2, 30 layers, batch 1: 4.5 ms against 21 ms for bfloat16) but it reads them again for
-every row: one thread, bfloat16, a 1536×576 weight costs 49 µs at 1 row, 167 µs at 8 and
-331 µs at 16, where the dense GEMM costs 82, 127 and 188 µs (`load_tests.step_profile`
-measures the whole step). So prompt tokens (prefill) go through a dense copy of the
-dequantised weights in the serving dtype and an ordinary GEMM, and so do generated tokens once
-a step holds `DENSE_MIN_ROWS` of them (the crossover summed over one SmolLM2 layer's seven
-linears); on CPU the layer therefore holds both, trading host memory for speed.
+(SmolLM2, 30 layers, batch 1: 3.9 ms against 17.8 ms for the bfloat16 GEMM, 2 threads) but
+reads them again for every row: 11.3 ms at 8 rows, 21.5 at 16 and 42.0 at 32, where the dense
+GEMM costs 22.0, 25.5 and 35.0 ms. So prompt tokens (prefill) go through a dense copy of the
+dequantised weights in the serving dtype and an ordinary GEMM, and so do generated tokens once a
+step holds `DENSE_MIN_ROWS` of them; on CPU the layer therefore holds both, trading host memory
+for speed. With `int8_activations` (the engine's `activation_quantization: int8`) generated
+tokens go through `npu_ops.cpu_kernels.int4_int8_gemm` instead, which reads the weights once per
+step: 4.3 / 7.9 / 13.3 / 22.7 ms at 1 / 8 / 16 / 32 rows on the same weights.
 
-Both kernels give each row the same result whatever the other rows (a single row is sent to
+Every kernel gives each row the same result whatever the other rows (a single row is sent to
 the GEMM as two, since torch's one-row GEMV sums in another order), so the kernel, not the
-batch, decides a token's result. With `dense_min_rows=None` (the engine's `batch_invariant`
+batch, decides a token's result; `int4_int8_gemm` is used at every batch size. With `dense_min_rows=None` (the engine's `batch_invariant`
 setting) the split is by token kind only, read from the step's `engine.forward_context`, and a
 request's output never depends on its neighbours; otherwise a generated token's kernel also
 depends on how many generated tokens share its step. A call outside an engine step, or on a
-subset of the step's tokens (MoE experts), uses the int4 kernel for every row. Elsewhere than CPU the reference dequantises the codes per call,
-which is correct but saves no memory traffic (Ascend's `npu_weight_quant_batchmatmul` is the
-kernel to wire there).
+subset of the step's tokens (MoE experts), uses the int4 kernel for every row. Elsewhere than
+CPU the reference dequantises the codes per call, which is correct but saves no memory traffic
+(Ascend's `npu_weight_quant_batchmatmul` is the kernel to wire there).
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ import torch
 from torch import nn
 
 from engine.forward_context import current_forward_context
+from npu_ops.cpu_kernels import int4_int8_gemm, pack_int4_codes
 
 GROUP_SIZE = 32
 """Input weights per scale/zero pair (GGUF Q4_1's block size)."""
-DENSE_MIN_ROWS = 8
-"""Generated tokens per step from which the dense GEMM beats the int4 GEMV (see above)."""
+DENSE_MIN_ROWS = 24
+"""Generated tokens per step from which the dense GEMM beats torch's int4 kernel (see above)."""
 _MAX_CODE = 15
 _MID_CODE = 8
 
@@ -99,9 +101,14 @@ class Int4WeightLinear(nn.Module):
             stay on CPU); False keeps plain codes for the dequantising reference.
         dense_min_rows: generated tokens per step from which they, too, go through the dense
             copy; None keeps them on the int4 kernel at every batch size (batch invariance).
+        int8_activations: generated tokens go through `npu_ops.cpu_kernels.int4_int8_gemm`
+            (activations quantised to int8 per 32 values, integer dot products) instead of
+            torch's int4 kernel; needs `load_int4_int8_gemm()` to have succeeded, a CPU layer,
+            `group_size` 32 and `out_features` a multiple of 16.
 
     Raises:
-        ValueError: `in_features` is not a multiple of `group_size`.
+        ValueError: `in_features` is not a multiple of `group_size`, or `int8_activations`
+            with a layout the kernel cannot take.
     """
 
     def __init__(
@@ -110,6 +117,7 @@ class Int4WeightLinear(nn.Module):
         group_size: int = GROUP_SIZE,
         cpu_kernel: bool = True,
         dense_min_rows: int | None = None,
+        int8_activations: bool = False,
     ) -> None:
         super().__init__()
         self.dense_min_rows = dense_min_rows
@@ -118,11 +126,19 @@ class Int4WeightLinear(nn.Module):
         codes, scales, zeros = quantize_int4(linear.weight.detach(), group_size)
         dtype = linear.weight.dtype
         self.cpu_kernel = cpu_kernel
-        packed = (
-            torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-            if cpu_kernel
-            else codes
-        )
+        self.int8_activations = int8_activations
+        if int8_activations:
+            if not cpu_kernel or group_size != 32:
+                raise ValueError("int8 activations need the CPU kernel and 32-weight groups")
+            packed = pack_int4_codes(codes)  # raises unless out_features % 16 == 0
+            # float32 [in / group, out], w = code * scale + offset; plain attributes, so that
+            # casting the model to the serving dtype leaves them exact
+            self.int8_scales = scales.float().contiguous()
+            self.int8_offsets = (zeros - _MID_CODE * scales).float().contiguous()
+        elif cpu_kernel:
+            packed = torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+        else:
+            packed = codes
         self.register_buffer("packed", packed)
         # [in / group, out, 2]: scale and zero, in the activation dtype (the kernel's contract)
         self.register_buffer("scales_and_zeros", torch.stack([scales, zeros], -1).to(dtype))
@@ -153,6 +169,9 @@ class Int4WeightLinear(nn.Module):
         return out
 
     def _int4(self, flat: torch.Tensor) -> torch.Tensor:
+        if self.int8_activations:
+            x = flat.float().contiguous()
+            return int4_int8_gemm(x, self.packed, self.int8_scales, self.int8_offsets).to(flat.dtype)
         return torch._weight_int4pack_mm_for_cpu(
             flat.contiguous(), self.packed, self.group_size, self.scales_and_zeros
         )
@@ -179,6 +198,7 @@ def quantize_linears_int4(
     device: torch.device,
     group_size: int = GROUP_SIZE,
     batch_invariant: bool = True,
+    int8_activations: bool = False,
 ) -> int:
     """Replace every `nn.Linear` but the output projection with an `Int4WeightLinear`.
 
@@ -188,6 +208,10 @@ def quantize_linears_int4(
         group_size: input weights per scale/zero pair.
         batch_invariant: keep generated tokens on the int4 kernel at every batch size; False
             sends decode batches of `DENSE_MIN_ROWS` or more through the dense GEMM.
+        int8_activations: generated tokens through `int4_int8_gemm` (loaded by the caller);
+            layers whose `out_features` is not a multiple of 16 keep torch's kernel. That
+            kernel beats the dense GEMM at every batch size and is batch invariant, so the
+            dense route is not used for generated tokens.
 
     The output projection (often tied to the input embedding) stays in float. Call it on the
     float32 model before casting it to the serving dtype, so that codes come from exact weights.
@@ -204,16 +228,11 @@ def quantize_linears_int4(
         for name, module in model.named_modules()
         if isinstance(module, nn.Linear) and module is not head
     ]
+    cpu = device.type == "cpu"
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
-        setattr(
-            model.get_submodule(parent_name),
-            child,
-            Int4WeightLinear(
-                module,
-                group_size,
-                device.type == "cpu",
-                None if batch_invariant else DENSE_MIN_ROWS,
-            ),
-        )
+        int8 = int8_activations and cpu and module.out_features % 16 == 0
+        dense_min_rows = None if batch_invariant or int8 else DENSE_MIN_ROWS
+        layer = Int4WeightLinear(module, group_size, cpu, dense_min_rows, int8)
+        setattr(model.get_submodule(parent_name), child, layer)
     return len(targets)

@@ -1,13 +1,13 @@
 """Every op, its reference, and the implementations registered against it.
 
-| op | reference | npu (torch_npu) | cuda (torch) |
+| op | reference | npu (torch_npu) | torch (fused torch kernels) |
 |---|---|---|---|
-| rms_norm | `norm.rms_norm` | `npu_rms_norm` | `F.rms_norm` |
-| add_rms_norm | `norm.add_rms_norm` | `npu_add_rms_norm` | add + `F.rms_norm` |
+| rms_norm | `norm.rms_norm` | `npu_rms_norm` | `F.rms_norm` (cuda, cpu) |
+| add_rms_norm | `norm.add_rms_norm` | `npu_add_rms_norm` | add + `F.rms_norm` (cuda, cpu) |
 | rotary_embedding | `activation.rotary_embedding` | `npu_rotary_mul` | — |
 | swiglu | `activation.swiglu` | `npu_swiglu` | — |
-| prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA |
-| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA |
+| prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA (cuda) |
+| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA (cuda) |
 | moe_grouped_topk | `moe_gating.moe_grouped_topk` | `npu_moe_gating_top_k` | — |
 | moe_topk_softmax | `moe_gating.moe_topk_softmax` | `npu_moe_gating_top_k_softmax` | — |
 | moe_dispatch | `moe_routing.moe_dispatch` | `npu_moe_init_routing` | — |
@@ -15,7 +15,14 @@
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
 
-"—" means the reference runs on that platform. CPU always runs the references.
+"—" means the reference runs on that platform. The rule: each platform runs the first
+implementation registered for it, else the reference. CPU runs torch's fused kernel where torch
+has one that is faster than the reference (`F.rms_norm`: one kernel instead of six ops), else
+the reference. The references stay the oracle: every implementation is tested against its
+reference (`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"` serves with one.
+
+Which ops a serving step calls, per family, is in `docs/architecture.md` ("Ops on the serving
+path"); `engine.fused_layers` is where the model's modules call them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from npu_ops.ops.registry import OpRegistry
 
 NPU = ("npu",)
 CUDA = ("cuda",)
+TORCH_FUSED = ("cuda", "cpu")
 
 
 def build_registry() -> OpRegistry:
@@ -64,12 +72,12 @@ def build_registry() -> OpRegistry:
     reg.register("dynamic_quant", "npu", npu_quant.dynamic_quant, NPU)
     reg.register("quant_matmul", "npu", npu_quant.quant_matmul, NPU)
 
-    reg.register("rms_norm", "cuda", torch_native.rms_norm, CUDA, portable=True)
-    reg.register("add_rms_norm", "cuda", torch_native.add_rms_norm, CUDA, portable=True)
-    reg.register("prefill_attention", "cuda", torch_native.prefill_attention, CUDA, portable=True)
+    reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
+    reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)
+    reg.register("prefill_attention", "torch", torch_native.prefill_attention, CUDA, portable=True)
     reg.register(
         "paged_decode_attention",
-        "cuda",
+        "torch",
         torch_native.paged_decode_attention,
         CUDA,
         portable=True,

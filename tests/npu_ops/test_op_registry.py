@@ -20,7 +20,7 @@ def test_npu_platform_chooses_every_npu_kernel() -> None:
 def test_cuda_platform_chooses_torch_kernels_where_registered() -> None:
     table = REGISTRY.select("cuda")
     chosen = {op: table.impl_name(op) for op in REGISTRY.names()}
-    assert {op for op, impl in chosen.items() if impl == "cuda"} == {
+    assert {op for op, impl in chosen.items() if impl == "torch"} == {
         "rms_norm",
         "add_rms_norm",
         "prefill_attention",
@@ -29,10 +29,15 @@ def test_cuda_platform_chooses_torch_kernels_where_registered() -> None:
     assert chosen["swiglu"] == "reference"
 
 
-def test_cpu_platform_runs_references() -> None:
+def test_cpu_platform_runs_torch_norms_and_references_otherwise() -> None:
     table = REGISTRY.select("cpu")
-    assert {table.impl_name(op) for op in REGISTRY.names()} == {"reference"}
-    assert table.rms_norm is REGISTRY.get("rms_norm").reference.fn
+    chosen = {op: table.impl_name(op) for op in REGISTRY.names()}
+    assert {op for op, impl in chosen.items() if impl != "reference"} == {
+        "rms_norm",
+        "add_rms_norm",
+    }
+    assert chosen["rms_norm"] == "torch" and chosen["swiglu"] == "reference"
+    assert table.rotary_embedding is REGISTRY.get("rotary_embedding").reference.fn
 
 
 def test_override_replaces_one_op_and_is_marked_in_the_log(
@@ -48,7 +53,7 @@ def test_override_replaces_one_op_and_is_marked_in_the_log(
     ("overrides", "message"),
     [
         ({"rmsnorm": "npu"}, "unknown op 'rmsnorm'"),
-        ({"swiglu": "cuda"}, "no implementation 'cuda'"),
+        ({"swiglu": "torch"}, "no implementation 'torch'"),
     ],
 )
 def test_bad_overrides_fail_at_selection(overrides: dict[str, str], message: str) -> None:
@@ -67,11 +72,11 @@ def test_env_overrides_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_active_ops_is_chosen_once_with_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ASCEND_ROUTER_OP_IMPL", "rms_norm=cuda")
+    monkeypatch.setenv("ASCEND_ROUTER_OP_IMPL", "rms_norm=reference")
     ops_pkg.active_ops.cache_clear()
     try:
         table = ops_pkg.active_ops()
-        assert table.platform == "cpu" and table.impl_name("rms_norm") == "cuda"
+        assert table.platform == "cpu" and table.impl_name("rms_norm") == "reference"
         assert ops_pkg.active_ops() is table
     finally:
         ops_pkg.active_ops.cache_clear()
