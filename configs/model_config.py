@@ -112,6 +112,15 @@ class ModelDeploymentConfig(BaseModel):
         None, gt=0, description="Memory of one device (default per platform, e.g. 64 GiB 910B)."
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    stream_batching_interval_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="HTTP streams: the replica sends ready SSE bytes that the router relays "
+        "untouched, every chunk already produced in one message; with a value > 0, at most one "
+        "message per this many ms after the first chunk (which is never held back). Fewer "
+        "messages cost less CPU per token; clients see tokens arrive in groups.",
+    )
     prepare_timeout_s: float = Field(
         30.0,
         gt=0,

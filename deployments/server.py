@@ -33,6 +33,7 @@ from deployments.protocol.requests import ChatCompletionRequest, CompletionReque
 from deployments.protocol.validation import parse_request, wants_stream
 from deployments.structured_output import GrammarFactory
 from deployments.tokenizer import load_tokenizer
+from deployments.sse_relay import sse_batches
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
@@ -111,6 +112,7 @@ class ModelServer:
             self.engine, self.tokenizer, cfg.model_id, preparer
         )
         self.where = f"model {cfg.model_id}"
+        self.batching_interval_s = cfg.stream_batching_interval_ms / 1000
 
     async def _serve(
         self,
@@ -118,10 +120,12 @@ class ModelServer:
         model: type[Req],
         complete: Callable[[Req], Awaitable[BaseModel]],
         stream: Callable[[Req], Awaitable[AsyncIterator[BaseModel]]],
+        sse: bool,
     ) -> Any:
         """One request: a response or a stream; every failure becomes an `ErrorResponse`
         (request errors 4xx; an engine that is not running 503 `engine_unavailable`; anything
-        unexpected an opaque 500 `internal_error`, its traceback logged under the request id)."""
+        unexpected an opaque 500 `internal_error`, its traceback logged under the request id).
+        With `sse`, a stream's items after the first are SSE bytes (`deployments.sse_relay`)."""
         rid = current_request_id()
         try:
             dead = self.engine.dead_reason()
@@ -129,7 +133,8 @@ class ModelServer:
                 raise engine_unavailable(dead)
             req = parse_request(model, request)  # the router's validated model passes as is
             if req.stream:
-                return _guarded(await stream(req), self.where)
+                items = _guarded(await stream(req), self.where)
+                return sse_batches(items, self.batching_interval_s) if sse else items
             return await complete(req)
         except OpenAIError as exc:
             err = exc.response()
@@ -138,16 +143,22 @@ class ModelServer:
             err = internal_error(rid, self.where).response()
         return _single(err) if wants_stream(request) else err
 
-    async def chat(self, request: ChatCompletionRequest | dict[str, Any]) -> Any:
+    async def chat(
+        self, request: ChatCompletionRequest | dict[str, Any], sse: bool = False
+    ) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
-        `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item)."""
+        `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
+        (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models."""
         h = self.chat_handler
-        return await self._serve(request, ChatCompletionRequest, h.complete, h.stream)
+        return await self._serve(request, ChatCompletionRequest, h.complete, h.stream, sse)
 
-    async def completions(self, request: CompletionRequest | dict[str, Any]) -> Any:
-        """Legacy completion: a `Completion` or a stream of them; errors as for `chat`."""
+    async def completions(
+        self, request: CompletionRequest | dict[str, Any], sse: bool = False
+    ) -> Any:
+        """Legacy completion: a `Completion` or a stream of them; errors and `sse` as for
+        `chat`."""
         h = self.completion_handler
-        return await self._serve(request, CompletionRequest, h.complete, h.stream)
+        return await self._serve(request, CompletionRequest, h.complete, h.stream, sse)
 
     def info(self) -> dict[str, Any]:
         """Model id and context length, for `/v1/models` and routing; the router's probe.

@@ -11,14 +11,11 @@ prefill queries padded to the longest chunk and masked causally. Nobody pays for
 sequence's context: attending eight 128-token prompts as one masked 1024-token batch spent
 0.51 s of a 1.2 s SmolLM2 prefill step in attention.
 
-Decode attention is written out as two batched matmuls around a float32 softmax, grouping the
-query heads that share a KV head (GQA as in transformers' `repeat_kv`: query head `h` reads KV
-head `h // (num_heads // num_kv_heads)`), over K/V gathered into contiguous `[D, kvH, L, d]`.
-For one query token per sequence this beats `scaled_dot_product_attention` on CPU (bfloat16,
-batch 16, 192-token contexts, SmolLM2's 9/3 heads: 1.9 ms → 0.46 ms per layer). The matmuls run
-in float32 whatever the model dtype, for every batch size, so that a sequence's attention does
-not depend on its batch (per layer, batch 1 × 192 tokens: 0.10 ms in float32 against 0.16 ms in
-bfloat16; batch 16: 0.50 ms against 0.46 ms; batch 32: 1.44 ms against 0.81 ms).
+Decode attention is the registry op `paged_decode_attention` (`npu_ops.ops`): on CPU our AVX512
+kernel, which reads each sequence's K/V in place through its block table (no gathered copy;
+float32 scores and sums, the same order whatever the batch); `npu_incre_flash_attention` on
+Ascend; on other platforms torch's SDPA over the gathered context. The whole cache is passed as
+`[num_blocks, block_size, kvH, d]`.
 
 Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
@@ -33,6 +30,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from engine.forward_context import current_forward_context
+from npu_ops.ops import active_ops
 
 ATTENTION_NAME = "ascend_paged"
 
@@ -45,10 +43,11 @@ class AttentionMetadata:
         slot_mapping: `[T]` int64, cache slot of each new token.
         kv_caches: per layer, `(k_cache, v_cache)` of shape
             `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ).
+        block_size: tokens per KV block.
         decode_rows: `[D]` int64, batch positions of the decode tokens (one per sequence).
-        decode_block_tables: `[D, B]` int64, each decode sequence's block table, padded to the
+        decode_block_tables: `[D, B]` int32, each decode sequence's block table, padded to the
             longest (`B` blocks) with block 0.
-        decode_mask: `[D, 1, 1, B * block_size]` bool, True on the sequence's context tokens.
+        decode_seq_lens: per decode sequence, its context length (new token included).
         prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
         prefill_pad_index: `[P]` int64, where each of them sits in the padded `[S * Q]` query
             batch (`S` prefill sequences, `Q` tokens of the longest chunk).
@@ -59,9 +58,10 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+    block_size: int
     decode_rows: torch.Tensor
     decode_block_tables: torch.Tensor
-    decode_mask: torch.Tensor
+    decode_seq_lens: list[int]
     prefill_rows: torch.Tensor
     prefill_pad_index: torch.Tensor
     prefill_block_tables: torch.Tensor
@@ -100,9 +100,17 @@ def paged_attention(
     gqa = query.shape[1] != key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))  # [1, H, T, v_head_dim]
     if meta.decode_rows.numel():
-        out[0][:, meta.decode_rows] = _decode_attention(
-            query[0][:, meta.decode_rows], k_cache, v_cache, meta, scaling
-        )
+        q = query[0][:, meta.decode_rows].transpose(0, 1)  # [D, H, d]
+        blocks = k_cache.shape[0] // meta.block_size
+        decoded = active_ops().paged_decode_attention(
+            q,
+            k_cache.view(blocks, meta.block_size, *k_cache.shape[1:]),
+            v_cache.view(blocks, meta.block_size, *v_cache.shape[1:]),
+            meta.decode_block_tables,
+            meta.decode_seq_lens,
+            query.shape[-1] ** -0.5 if scaling is None else scaling,
+        )  # [D, H, v_d]
+        out[0][:, meta.decode_rows] = decoded.transpose(0, 1)
     if meta.prefill_rows.numel():
         out[0][:, meta.prefill_rows] = _prefill_attention(
             query[0][:, meta.prefill_rows], k_cache, v_cache, meta, scaling, gqa
@@ -156,40 +164,6 @@ def _prefill_attention(
     )  # [S, H, Q, v_d]
     o = o.transpose(1, 2).reshape(seqs * q_max, heads, -1)[meta.prefill_pad_index]
     return o.transpose(0, 1)
-
-
-def _decode_attention(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scaling: float | None,
-) -> torch.Tensor:
-    """One query token per sequence over its own paged context.
-
-    Args:
-        query: `[H, D, d]`, the decode tokens' queries.
-        k_cache, v_cache: `[num_slots, kvH, d]` / `[num_slots, kvH, v_d]`.
-
-    Returns:
-        `[H, D, v_d]` in the query's dtype.
-    """
-    heads, batch, head_dim = query.shape
-    kv_heads = k_cache.shape[1]
-    width = meta.decode_mask.shape[-1]
-
-    dtype = torch.float32  # for every batch size: see the module docstring
-
-    def gather(cache: torch.Tensor) -> torch.Tensor:
-        return _gather_context(cache, meta.decode_block_tables, width, dtype)
-
-    q = query.transpose(0, 1).reshape(batch, kv_heads, heads // kv_heads, head_dim).to(dtype)
-    scores = torch.matmul(q, gather(k_cache).transpose(-1, -2)).float()  # [D, kvH, g, L]
-    scores.mul_(head_dim**-0.5 if scaling is None else scaling)
-    scores.masked_fill_(~meta.decode_mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(dtype)
-    out = torch.matmul(probs, gather(v_cache))  # [D, kvH, g, v_d]
-    return out.reshape(batch, heads, -1).transpose(0, 1).to(query.dtype)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)

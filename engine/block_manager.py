@@ -7,14 +7,18 @@ blocks listed in its block table; token `p` of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
 
 Prefix caching (as in vLLM's automatic prefix caching): every full block is identified by a
-hash chained from its prefix, `hash((parent_hash, block_token_ids, extra_key))`, so two requests
-with the same leading tokens share those blocks (reference counts). A block whose count drops to
+hash chained from its prefix, `sha256(parent_digest | block_token_ids | extra_key)`, so two
+requests with the same leading tokens share those blocks (reference counts). A 256-bit digest
+makes a collision, which would hand one request another's KV, practically impossible; Python's
+64-bit `hash()` of the same tuple did not (vLLM moved to sha256 for the same reason). A block whose count drops to
 zero keeps its KV and hash and goes to the free pool in least-recently-used order; it is reused
 on a later hit or evicted (its hash forgotten) when the pool hands it out for new tokens.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -56,8 +60,8 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._hash_of: list[int | None] = [None] * num_blocks
-        self._cached: dict[int, int] = {}  # block hash -> block id
+        self._hash_of: list[bytes | None] = [None] * num_blocks
+        self._cached: dict[bytes, int] = {}  # block digest -> block id
         self.stats = PrefixCacheStats()
 
     @property
@@ -73,16 +77,17 @@ class BlockManager:
         """Whether a sequence of `num_tokens` tokens fits in the whole cache."""
         return self.blocks_needed(num_tokens) <= self.num_blocks
 
-    def _chain(self, seq: Sequence, upto_blocks: int) -> list[int]:
-        """Hashes of the sequence's first `upto_blocks` full blocks (memoised on the sequence)."""
+    def _chain(self, seq: Sequence, upto_blocks: int) -> list[bytes]:
+        """Digests of the sequence's first `upto_blocks` full blocks (memoised on the sequence)."""
         tokens = seq.token_ids()
         bs = self.block_size
+        key = b"" if seq.cache_key is None else str(seq.cache_key).encode()
         while len(seq.block_hashes) < upto_blocks:
             i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else None
-            seq.block_hashes.append(
-                hash((parent, tuple(tokens[i * bs : (i + 1) * bs]), seq.cache_key))
-            )
+            digest = hashlib.sha256(seq.block_hashes[-1] if seq.block_hashes else b"root")
+            digest.update(array("q", tokens[i * bs : (i + 1) * bs]).tobytes())
+            digest.update(key)
+            seq.block_hashes.append(digest.digest())
         return seq.block_hashes[:upto_blocks]
 
     def match_prefix(self, seq: Sequence) -> int:

@@ -168,11 +168,16 @@ class LLMEngine:
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks; False if it is unknown or already finished."""
-        seq = self._seqs.pop(request_id, None)
+        seq = self._seqs.get(request_id)
         if seq is None:
             return False
-        self.scheduler.remove(seq)
+        self._release(seq)
         return True
+
+    def _release(self, seq: Sequence) -> None:
+        """Forget a finished, failed or aborted sequence and free its KV blocks."""
+        del self._seqs[seq.request_id]
+        self.scheduler.remove(seq)
 
     def shutdown(self) -> None:
         """Release the executor's ranks and devices."""
@@ -270,14 +275,14 @@ class LLMEngine:
         outs = []
         for i, s in enumerate(sampling):
             if i in result.failed:
-                self.abort(s.seq.request_id)
+                self._release(s.seq)
                 outs.append(self._failed(s.seq, result.failed[i], "request"))
             else:
                 outs.append(self._append(s.seq, result.token_ids[i], result.logprobs[i]))
         return outs
 
     def _append(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> RequestOutput:
-        seq.output_token_ids.append(token)
+        seq.append_output(token)
         p = seq.params
         reason = None
         ended = p.constraint is not None and p.constraint.is_terminated()
@@ -286,7 +291,7 @@ class LLMEngine:
         elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             reason = "length"
         if reason is not None:
-            self.abort(seq.request_id)
+            self._release(seq)
         return self._output(seq, (token,), reason is not None, reason, lp)
 
     def _failed(self, seq: Sequence, error: str, kind: ErrorKind) -> RequestOutput:

@@ -31,7 +31,7 @@ from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
-from npu_ops.cpu_kernels import int4_int8_unavailable, load_int4_int8_gemm
+from npu_ops.cpu_kernels import INT4_INT8_GEMM, load, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -249,11 +249,11 @@ def load_model(
 
 def _int4_int8_kernel(device: torch.device) -> bool:
     """Load `int4_int8_gemm` for a CPU model; False (logged) where it cannot run."""
-    reason = "the model is not on the CPU" if device.type != "cpu" else int4_int8_unavailable()
+    reason = "the model is not on the CPU" if device.type != "cpu" else unavailable(INT4_INT8_GEMM)
     if reason is not None:
         logger.warning("activation_quantization int8 ignored: %s; torch's int4 kernel runs", reason)
         return False
-    load_int4_int8_gemm()
+    load(INT4_INT8_GEMM)
     return True
 
 

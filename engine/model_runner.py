@@ -59,7 +59,6 @@ class ModelRunner:
         dec = seq_idx[q_lens == 1]
         dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
         dec_tables = tables[dec, :dec_blocks]
-        pos = torch.arange(dec_tables.shape[1] * bs)[None, :]
         # prefill chunks: a padded batch of chunks, each causal over its own whole blocks
         pre = seq_idx[q_lens > 1]
         pre_rows = torch.nonzero(q_lens[q_seq] > 1).flatten()
@@ -77,9 +76,10 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=(tables[q_seq, q_pos // bs] * bs + q_pos % bs).to(dev),
             kv_caches=self.kv_caches,
+            block_size=bs,
             decode_rows=q_first[dec].to(dev),
-            decode_block_tables=dec_tables.to(dev),
-            decode_mask=(pos < ctx_lens[dec][:, None])[:, None, None, :].to(dev),
+            decode_block_tables=dec_tables.to(device=dev, dtype=torch.int32),
+            decode_seq_lens=ctx_lens[dec].tolist(),
             prefill_rows=pre_rows.to(dev),
             prefill_pad_index=pad_index.to(dev),
             prefill_block_tables=tables[pre, :pre_blocks].to(dev),

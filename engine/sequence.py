@@ -34,7 +34,8 @@ class Sequence:
         generator: a seeded RNG when the request has a seed.
         prompt_logprobs: logprobs of prompt tokens 1.. collected so far (prefill may be chunked).
         prompt_logprobs_sent: whether they went out with the first output.
-        block_hashes: prefix-cache hashes of the sequence's full blocks, chained.
+        block_hashes: prefix-cache hashes (sha256 digests) of the sequence's full blocks,
+            chained.
         cache_key: anything besides token ids that changes the KV (e.g. a LoRA id), hashed
             into every block; None for the base model.
     """
@@ -49,9 +50,18 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     generator: torch.Generator | None = None
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)
     cache_key: int | None = None
     prompt_logprobs_sent: bool = False
+    _tokens: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tokens = [*self.prompt_token_ids, *self.output_token_ids]
+
+    def append_output(self, token: int) -> None:
+        """Record one generated token (the only way outputs grow, so `token_ids` stays whole)."""
+        self.output_token_ids.append(token)
+        self._tokens.append(token)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -64,5 +74,6 @@ class Sequence:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     def token_ids(self) -> list[int]:
-        """All tokens: prompt then output."""
-        return self.prompt_token_ids + self.output_token_ids
+        """All tokens, prompt then output: one list kept up to date, not a new one per call
+        (read it, do not change it)."""
+        return self._tokens

@@ -1,34 +1,50 @@
 r"""`python -m load_tests.compare`: the same workload against two endpoints, A/B ratios.
 
-Levels are interleaved (A then B at each concurrency) so drift in machine load hits both.
+Levels are interleaved (A then B at each concurrency) so drift in machine load hits both; a
+level runs one target at a time, so each side's concurrency-1 level is its single-stream
+figure measured alone (`single_stream_tok_s` in the result). With `--presets` every named
+workload of `load_tests.presets` runs in one invocation, `--rounds` times over (presets and
+rounds interleaved), and each level reports its median round: a peer figure that moves between
+runs is re-measured, never quoted.
 
-Example:
+Example (decode-heavy and prefill-heavy, three rounds, against llama-server):
     python -m load_tests.compare \
-        --a http://127.0.0.1:8000/v1,smollm2-long,ours \
+        --a http://127.0.0.1:8000/v1,smollm2-fast,ours \
         --b http://127.0.0.1:8090/v1,smollm2,llama.cpp \
-        --concurrency 1 4 --num-requests 8 --output-len 64
+        --presets decode-heavy prefill-heavy --rounds 3 --concurrency 1 4 16 \
+        --num-requests 16 --peer-binary /path/to/llama-server \
+        --peer-command "llama-server -m SmolLM2.gguf --parallel 16 -t 2 --jinja ..."
 
-Writes `load_tests/results/compare-<UTC timestamp>.json` and a `.png` chart next to it.
+Writes `load_tests/results/compare[-<preset>]-<UTC timestamp>.json` and a `.png` chart next to
+each.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import logging
+import statistics
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from load_tests.charts import plot_runs
 from load_tests.client import Target
+from load_tests.presets import PRESETS
 from load_tests.report import compare_ratios, levels_table, ratios_table
 from load_tests.results import RESULTS_DIR, write_result
 from load_tests.scenario import (
+    Scenario,
     add_workload_args,
     run_scenario,
     scenario_document,
     scenario_from_args,
 )
 from load_tests.workload import default_tokenizer
+
+MEDIAN_FIELDS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +57,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--a", required=True, type=Target.parse, help="URL,MODEL,LABEL of A")
     p.add_argument("--b", required=True, type=Target.parse, help="URL,MODEL,LABEL of B")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument(
+        "--presets",
+        nargs="+",
+        choices=sorted(PRESETS),
+        help="named workloads (load_tests.presets); they set endpoint and lengths",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="repeat everything; report medians")
+    p.add_argument("--peer-command", default="", help="B's exact launch command, recorded")
+    p.add_argument(
+        "--peer-binary", type=Path, help="B's binary: its --version and build flags are recorded"
+    )
     add_workload_args(p)
     return p
+
+
+def peer_info(args: argparse.Namespace) -> dict[str, Any]:
+    """B's launch command, and its version and CMake build flags when `--peer-binary` is set."""
+    info: dict[str, Any] = {"label": args.b.label, "launch_command": args.peer_command}
+    binary = args.peer_binary
+    if binary is not None:
+        version = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30
+        )
+        info["version"] = (version.stdout + version.stderr).strip()
+        cache = binary.resolve().parents[2] / "CMakeCache.txt"  # build/bin/<binary>
+        if cache.is_file():
+            info["build_flags"] = sorted(
+                line
+                for line in cache.read_text().splitlines()
+                if line.startswith(("GGML_", "LLAMA_", "CMAKE_BUILD_TYPE", "CMAKE_C_FLAGS:"))
+                and not line.startswith(("GGML_ALL_WARNINGS", "LLAMA_ALL_WARNINGS"))
+            )
+    return info
+
+
+def scenarios(args: argparse.Namespace) -> list[tuple[str | None, Scenario]]:
+    """`(preset name, scenario)` per preset, or the flags' own scenario without presets."""
+    if not args.presets:
+        return [(None, scenario_from_args(args))]
+    out: list[tuple[str | None, Scenario]] = []
+    for name in args.presets:
+        preset = PRESETS[name]
+        ns = copy.copy(args)
+        ns.endpoint, ns.input_len, ns.output_len = (
+            preset.endpoint,
+            preset.input_len,
+            preset.output_len,
+        )
+        ns.dataset_like = preset.dataset_like
+        out.append((name, scenario_from_args(ns)))
+    return out
+
+
+def median_levels(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per level, the round of median output throughput, its TTFT/TPOT/ITL p50 replaced by the
+    medians over rounds, and every round's throughput under `rounds_output_throughput`."""
+    out = []
+    for per_round in zip(*rounds):
+        ranked = sorted(per_round, key=lambda lv: lv["output_throughput"])
+        level = copy.deepcopy(ranked[(len(ranked) - 1) // 2])
+        for field, stat in MEDIAN_FIELDS:
+            values = [lv[field][stat] for lv in per_round if lv[field][stat] is not None]
+            level[field][stat] = statistics.median(values) if values else None
+        level["rounds_output_throughput"] = [lv["output_throughput"] for lv in per_round]
+        out.append(level)
+    return out
+
+
+def single_stream(levels: list[dict[str, Any]]) -> float | None:
+    """Output tok/s of the concurrency-1 level (measured with the other side idle)."""
+    return next((lv["output_throughput"] for lv in levels if lv["concurrency"] == 1), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,19 +138,33 @@ def main(argv: list[str] | None = None) -> int:
     a, b = args.a, args.b
     if a.label == b.label:
         raise SystemExit(f"A and B share the label {a.label!r}: give distinct labels")
-    scenario = scenario_from_args(args)
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: need at least 1")
+    plan = scenarios(args)
     tokenizer = default_tokenizer(args.tokenizer)
-    results = asyncio.run(run_scenario([a, b], scenario, tokenizer))
-    doc = scenario_document("compare", scenario, [a, b], results)
-    runs = doc["runs"]
-    ratios = doc["ratios"] = compare_ratios(runs[0]["levels"], runs[1]["levels"])
-    for run in runs:
-        print(levels_table(run["label"], run["levels"]))
-    print(ratios_table(a.label, b.label, ratios))
-    path = write_result(doc, args.results_dir)
-    png = plot_runs(doc, path.with_suffix(".png"))
-    print(f"wrote {path}\nwrote {png}")
-    return 1 if any(lv["errors"] for run in runs for lv in run["levels"]) else 0
+    peer = peer_info(args)
+    raw: dict[str | None, list[list[list[dict[str, Any]]]]] = {name: [] for name, _ in plan}
+    for r in range(args.rounds):
+        for name, scenario in plan:
+            logging.info("round %d/%d, preset %s", r + 1, args.rounds, name or "(flags)")
+            results = asyncio.run(run_scenario([a, b], scenario, tokenizer))
+            raw[name].append([[lv.to_dict() for lv in levels] for levels in results])
+    failed = False
+    for name, scenario in plan:
+        doc = scenario_document("compare", scenario, [a, b], [[], []])
+        for t_index, run in enumerate(doc["runs"]):
+            run["levels"] = median_levels([rnd[t_index] for rnd in raw[name]])
+            run["single_stream_tok_s"] = single_stream(run["levels"])
+            print(levels_table(f"{run['label']} [{name or 'flags'}]", run["levels"]))
+        runs = doc["runs"]
+        doc["ratios"] = compare_ratios(runs[0]["levels"], runs[1]["levels"])
+        doc.update(preset=name, rounds=args.rounds, peer=peer)
+        print(ratios_table(a.label, b.label, doc["ratios"]))
+        path = write_result(doc, args.results_dir, f"compare-{name}" if name else None)
+        png = plot_runs(doc, path.with_suffix(".png"))
+        print(f"wrote {path}\nwrote {png}")
+        failed |= any(lv["errors"] for run in runs for lv in run["levels"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ class LlamaServerConfig:
             str(self.binary), "-m", self.model, "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.parallel), "--cont-batching",
             "-c", str(self.parallel * self.ctx_per_slot), "-t", str(self.threads),
-            "--alias", self.alias, "--no-webui",
+            "--alias", self.alias, "--no-webui", "--jinja",
         ]  # fmt: skip
 
 

@@ -125,9 +125,11 @@ def result_path(kind: str, suffix: str, results_dir: Path = RESULTS_DIR, stamp: 
     return results_dir / f"{kind}-{stamp}.{suffix}"
 
 
-def write_result(doc: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
-    """Validate `doc` and write it as `<kind>-<timestamp>.json`; returns the path."""
+def write_result(
+    doc: dict[str, Any], results_dir: Path = RESULTS_DIR, name: str | None = None
+) -> Path:
+    """Validate `doc` and write it as `<name or kind>-<timestamp>.json`; returns the path."""
     validate_result(doc)
-    path = result_path(doc["kind"], "json", results_dir)
+    path = result_path(name or doc["kind"], "json", results_dir)
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path

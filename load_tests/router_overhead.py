@@ -12,7 +12,10 @@ the start (no path reuses another's prefix cache), through
 
 It prints TTFT p50/p99 and time per output token (TPOT) p50 per path, and the router's overhead
 (`router` - `direct`): the TTFT difference at p50 and p99 and the TPOT difference (per-token
-overhead in streaming). By default it starts Ray and `configs/local.yaml` itself (HTTP port 8125)
+overhead in streaming). With `--concurrency N`, each path gets N requests at once (paths still
+take turns), so the per-token costs are those of N concurrent streams sharing the host; the HTTP
+path is then the one whose stream the replica sends as ready SSE bytes (`http` - `direct` is
+the per-token cost of the proxy and router together). By default it starts Ray and `configs/local.yaml` itself (HTTP port 8125)
 and stops them after; `--address auto` (or `RAY_ADDRESS`) uses a running `serve run` instead.
 
 Example:
@@ -61,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=60, help="measured requests per path")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured requests per path first")
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
+    p.add_argument("--concurrency", type=int, default=1, help="requests at once per path")
     p.add_argument("--address", default=ray_address(), help="a running cluster (default: own)")
     p.add_argument("--config", type=Path, default=REPO / "configs" / "local.yaml")
     p.add_argument("--port", type=int, default=8125, help="HTTP port when starting Serve")
@@ -89,21 +93,29 @@ async def measure(
 ) -> dict[str, list[RequestRecord]]:
     """Every path's records, requests interleaved across paths, warm-up dropped."""
     records: dict[str, list[RequestRecord]] = {path: [] for path in PATHS}
-    async with httpx.AsyncClient(timeout=300) as client:
-        for i in range(args.warmup + args.requests):
+    n = args.concurrency
+    limits = httpx.Limits(max_connections=n + 4)
+    async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as client:
+
+        async def one(path: str, number: int) -> RequestRecord:
+            prompt = f"Request {number:05d}: count from one to one hundred in words."
+            if path == "http":
+                return await stream_request(client, target, "chat", prompt, "", args.max_tokens)
+            body = request_body("chat", args.model, prompt, "", args.max_tokens)
+            return await handle_request(handles[path], body)
+
+        rounds = args.warmup + -(-args.requests // n)
+        for i in range(rounds):
             # order rotates, and every request has its own prompt of the same length, so that
             # no path profits from another's prefix-cached prefill or warmed-up engine
             for j, path in enumerate(PATHS[i % 3 :] + PATHS[: i % 3]):
-                prompt = f"Request {3 * i + j:05d}: count from one to one hundred in words."
-                body = request_body("chat", args.model, prompt, "", args.max_tokens)
-                if path == "http":
-                    rec = await stream_request(client, target, "chat", prompt, "", args.max_tokens)
-                else:
-                    rec = await handle_request(handles[path], body)
-                if rec.error is not None:
-                    raise RuntimeError(f"{path} request {i} failed: {rec.error}")
+                first = (3 * i + j) * n
+                recs = await asyncio.gather(*(one(path, first + k) for k in range(n)))
+                for rec in recs:
+                    if rec.error is not None:
+                        raise RuntimeError(f"{path} round {i} failed: {rec.error}")
                 if i >= args.warmup:
-                    records[path].append(rec)
+                    records[path].extend(recs)
     return records
 
 
@@ -119,6 +131,7 @@ def summary(records: dict[str, list[RequestRecord]]) -> dict[str, Any]:
         f"{metric}_{stat}_ms": paths["router"][metric][stat] - paths["direct"][metric][stat]
         for metric, stat in (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"))
     }
+    overhead["http_tpot_p50_ms"] = paths["http"]["tpot_ms"]["p50"] - paths["direct"]["tpot_ms"]["p50"]
     for metric in ("ttft", "tpot"):
         pairs = zip(records["router"], records["direct"])
         diffs = [
@@ -150,6 +163,7 @@ def table(result: dict[str, Any]) -> str:
         f"router - direct: TTFT p50 {o['ttft_ms_p50_ms']:+.2f} ms, TTFT p99 "
         f"{o['ttft_ms_p99_ms']:+.2f} ms, per token (TPOT p50) {o['tpot_ms_p50_ms']:+.3f} ms"
     )
+    lines.append(f"http - direct: per token (TPOT p50) {o['http_tpot_p50_ms']:+.3f} ms")
     lines.append(
         f"paired (request i routed - direct): TTFT p50 {ttft['p50']:+.2f} ms, p99 "
         f"{ttft['p99']:+.2f} ms; TPOT p50 {tpot['p50']:+.3f} ms, mean {tpot['mean']:+.3f} ms"
@@ -195,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "requests": args.requests,
         "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
         **result,
     }
     path.write_text(json.dumps(doc, indent=2))

@@ -40,16 +40,25 @@ class Scenario:
         concurrencies: concurrency of each level (for `burst`: the burst size alone).
         spec: the workload of one level.
         opts: transport options.
+        requests_per_slot: a level sends at least this many requests per unit of concurrency
+            (0: `spec.num_requests` at every level), so that high-concurrency levels measure
+            the steady state rather than one wave's ramp-up.
     """
 
     kind: ScenarioKind
     concurrencies: tuple[int, ...]
     spec: WorkloadSpec
     opts: RunOptions
+    requests_per_slot: int = 0
 
     def prompts(self, tokenizer: Any, level_index: int) -> list[Prompt]:
         """The prompts of level `level_index` (identical for every target)."""
-        spec = replace(self.spec, seed=self.spec.seed + 1000 * level_index)
+        concurrency = self.concurrencies[max(level_index, 0)]
+        spec = replace(
+            self.spec,
+            seed=self.spec.seed + 1000 * level_index,
+            num_requests=max(self.spec.num_requests, self.requests_per_slot * concurrency),
+        )
         return build_prompts(spec, tokenizer)
 
     def options_dict(self) -> dict[str, Any]:
@@ -139,6 +148,12 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="burst scenario: fire this many requests at once (preemption test)",
     )
+    g.add_argument(
+        "--requests-per-slot",
+        type=int,
+        default=0,
+        help="a level sends at least this many requests per unit of concurrency (steady state)",
+    )
     g.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     g.add_argument(
         "--level-timeout",
@@ -177,4 +192,4 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         level_timeout_s=args.level_timeout,
         request_timeout_s=args.request_timeout,
     )
-    return Scenario(kind, concurrencies, spec, opts)
+    return Scenario(kind, concurrencies, spec, opts, args.requests_per_slot)

@@ -14,6 +14,7 @@ was saturated, else 503.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -28,6 +29,9 @@ from router.http_errors import saturated_error, unavailable_error
 from router.metrics import RouterMetrics
 from router.model_pool import CallFailed, ModelPool, ModelStream
 from router.policy import Decision
+
+Delivery = Literal["unary", "chunks", "sse"]
+"""How a model's answer comes back: one response, typed stream chunks, or relayed SSE bytes."""
 
 MODEL_HEADER = "x-ascend-router-model"
 RULE_HEADER = "x-ascend-router-rule"
@@ -93,7 +97,7 @@ async def dispatch(
     decision: Decision,
     method: str,
     request: BaseModel,
-    stream: bool,
+    delivery: Delivery,
     retry_after_s: int,
     metrics: RouterMetrics,
 ) -> Routed:
@@ -104,7 +108,8 @@ async def dispatch(
         decision: The policy's decision (candidates in order).
         method: `chat` or `completions`.
         request: The parsed request.
-        stream: Whether to call the model with a stream.
+        delivery: `unary` (one response), `chunks` (a stream of typed chunks) or `sse` (a
+            stream whose items after the first are SSE bytes, for HTTP callers).
         retry_after_s: `Retry-After` seconds when every candidate is saturated.
         metrics: Where fallbacks are counted.
 
@@ -118,9 +123,9 @@ async def dispatch(
         last = index == len(decision.candidates) - 1
         try:
             result: BaseModel | ModelStream = await (
-                pool.stream(model, method, request)
-                if stream
-                else pool.unary(model, method, request)
+                pool.unary(model, method, request)
+                if delivery == "unary"
+                else pool.stream(model, method, request, sse=delivery == "sse")
             )
         except CallFailed as exc:
             if exc.kind == "failed":

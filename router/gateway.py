@@ -57,6 +57,7 @@ class Gateway:
         schema: type[Req],
         request: Req | dict[str, Any],
         headers: Mapping[str, str],
+        sse: bool = False,
     ) -> Routed | ErrorResponse:
         """Route one request.
 
@@ -65,6 +66,7 @@ class Gateway:
             schema: The request model for `method`.
             request: The request body (dict) or model.
             headers: Request headers (tenant and priority headers feed the policy).
+            sse: an HTTP caller: a stream's items after the first come as SSE bytes to relay.
 
         Returns:
             The outcome, or an `ErrorResponse` when no decision could be made (bad request,
@@ -83,7 +85,7 @@ class Gateway:
             decision,
             method,
             req,
-            wants_stream(req),
+            ("sse" if sse else "chunks") if wants_stream(req) else "unary",
             self.config.retry_after_s,
             self.metrics,
         )

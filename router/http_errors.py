@@ -7,8 +7,6 @@ serialises.
 
 from __future__ import annotations
 
-import json
-
 from fastapi.responses import JSONResponse
 
 from deployments.protocol.errors import ENGINE_ERROR, ErrorResponse, OpenAIError
@@ -86,8 +84,3 @@ def error_json(
     """An HTTP response `{"error": {message, type, param, code}}` with the error's status."""
     resp = err.response() if isinstance(err, OpenAIError) else err
     return JSONResponse(resp.body(), status_code=resp.status_code, headers=headers)
-
-
-def error_sse(err: ErrorResponse) -> str:
-    """An error that happens after streaming started, as one SSE event."""
-    return f"data: {json.dumps(err.body())}\n\n"

@@ -35,13 +35,13 @@ from deployments.protocol.limits import check_body_size, parse_body
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelList
+from deployments.protocol.sse import DONE, sse_event
 from deployments.protocol.validation import wants_stream
 from router.auth import authorized
 from router.dispatch import Routed
 from router.gateway import Gateway
 from router.http_errors import (
     error_json,
-    error_sse,
     method_not_allowed,
     not_found,
     unauthorized,
@@ -67,22 +67,25 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     return error_json(OpenAIError(str(exc.detail), status_code=exc.status_code))
 
 
-async def _sse(items: AsyncGenerator[BaseModel, None]) -> AsyncIterator[str]:
-    """Relay chunks as server-sent events, ending with `data: [DONE]` (after an error event
-    when the stream fails)."""
+async def _sse(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[str | bytes]:
+    """Relay a stream as server-sent events, ending with `data: [DONE]` (after an error event
+    when the stream fails). Items that arrive as SSE bytes (the replica's `sse_batches`) pass
+    through untouched; typed items (the first one, the router's own errors) are encoded here."""
     try:
         async for item in items:
+            if isinstance(item, bytes):
+                yield item
+                continue
+            yield sse_event(item)
             if isinstance(item, ErrorResponse):
-                yield error_sse(item)
                 break
-            yield f"data: {item.model_dump_json()}\n\n"
     except Exception:  # a router bug mid-stream still ends the stream in OpenAI form
         rid = current_request_id()
         logger.exception("request %s: the stream failed in the router", rid)
-        yield error_sse(internal_error(rid, "the router").response())
+        yield sse_event(internal_error(rid, "the router").response())
     finally:
         await items.aclose()  # client gone or stream done: the model request ends too
-    yield "data: [DONE]\n\n"
+    yield DONE
 
 
 async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
@@ -179,7 +182,7 @@ class Router:
                 if len(raw) > _INLINE_BYTES
                 else parse_body(raw, limits)
             )
-            outcome = await self.gateway.route(method, schema, body, request.headers)
+            outcome = await self.gateway.route(method, schema, body, request.headers, sse=True)
             return _http_result(outcome)
         except OpenAIError as exc:
             return error_json(exc)

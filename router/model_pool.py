@@ -102,7 +102,7 @@ class ModelStream:
         self._done: Callable[[], None] | None = done
         self._timeout_s = inter_token_timeout_s
 
-    async def items(self) -> AsyncGenerator[BaseModel, None]:
+    async def items(self) -> AsyncGenerator[BaseModel | bytes, None]:
         """The first item, then the rest; a failure or a stall mid-stream becomes a final
         error item (and the model's request is cancelled)."""
         rid = current_request_id()
@@ -224,14 +224,18 @@ class ModelPool:
         finally:
             self.load.release(model)
 
-    async def stream(self, model: str, method: str, request: BaseModel) -> ModelStream:
-        """Start one streamed call and wait for its first item.
+    async def stream(
+        self, model: str, method: str, request: BaseModel, sse: bool = False
+    ) -> ModelStream:
+        """Start one streamed call and wait for its first item (`sse`: later items are SSE
+        bytes; see `deployments.sse_relay`).
 
         Raises:
             CallFailed: Saturated, or down (the model is now marked down).
         """
         self._admit(model)
-        response = getattr(self.handles[model].options(stream=True), method).remote(request)
+        handle = self.handles[model].options(stream=True)
+        response = getattr(handle, method).remote(request, sse=sse)
         try:
             first: BaseModel = await self._answer(model, anext(response), response.cancel)
         except BaseException:

@@ -103,7 +103,7 @@ class Int4WeightLinear(nn.Module):
             copy; None keeps them on the int4 kernel at every batch size (batch invariance).
         int8_activations: generated tokens go through `npu_ops.cpu_kernels.int4_int8_gemm`
             (activations quantised to int8 per 32 values, integer dot products) instead of
-            torch's int4 kernel; needs `load_int4_int8_gemm()` to have succeeded, a CPU layer,
+            torch's int4 kernel; needs `load(INT4_INT8_GEMM)` to have succeeded, a CPU layer,
             `group_size` 32 and `out_features` a multiple of 16.
 
     Raises:

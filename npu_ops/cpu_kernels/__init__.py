@@ -1,10 +1,13 @@
 """CPU kernels of our own, compiled on first use with torch's C++ extension loader.
 
-`int4_int8_gemm.cpp` registers `torch.ops.ascend_router.int4_int8_gemm`: int4 weights times
-int8-quantised activations on AVX512-VNNI integer dot products (see the file's header). torch's
-own int4 CPU kernel (`_weight_int4pack_mm_for_cpu`) and its int8 one re-read the weights for
-every row, so their cost grows by ~1.3 ms per decode row on SmolLM2 (2 cores); this kernel
-reads them once per step.
+- `int4_int8_gemm.cpp` registers `torch.ops.ascend_router.int4_int8_gemm`: int4 weights times
+  int8-quantised activations on AVX512-VNNI integer dot products (see the file's header).
+  torch's own int4 CPU kernel (`_weight_int4pack_mm_for_cpu`) and its int8 one re-read the
+  weights for every row, so their cost grows by ~1.3 ms per decode row on SmolLM2 (2 cores);
+  this kernel reads them once per step.
+- `paged_decode_attention.cpp` registers `torch.ops.ascend_router.paged_decode_attention`, the
+  `cpu` implementation of the registry op of that name: it reads K/V in place through the
+  block table instead of gathering every sequence's context into a new tensor per layer.
 
 Compilation needs a C++ compiler and `ninja` and takes ~25 s once per host; the result is cached
 by torch (`TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions`) and re-used by every
@@ -16,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,10 +27,32 @@ from torch.utils import cpp_extension
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("int4_int8_gemm.cpp")
-REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
-"""/proc/cpuinfo flags the kernel is compiled for."""
-_CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
+HERE = Path(__file__).parent
+_BASE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One C++ source, the CPU flags it needs and the compiler flags it is built with."""
+
+    name: str
+    source: str
+    cpu_flags: tuple[str, ...]
+    cflags: tuple[str, ...]
+
+
+INT4_INT8_GEMM = Kernel(
+    "ascend_router_int4_int8_gemm",
+    "int4_int8_gemm.cpp",
+    (*_BASE_FLAGS, "avx512_vnni"),
+    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"),
+)
+PAGED_DECODE_ATTENTION = Kernel(
+    "ascend_router_paged_decode_attention",
+    "paged_decode_attention.cpp",
+    _BASE_FLAGS,
+    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"),
+)
 
 
 def cpu_flags() -> frozenset[str]:
@@ -41,9 +67,9 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def int4_int8_unavailable() -> str | None:
-    """Why `int4_int8_gemm` cannot run here, or None when it can."""
-    missing = [f for f in REQUIRED_FLAGS if f not in cpu_flags()]
+def unavailable(kernel: Kernel) -> str | None:
+    """Why `kernel` cannot run here, or None when it can."""
+    missing = [f for f in kernel.cpu_flags if f not in cpu_flags()]
     if missing:
         return f"the CPU lacks {', '.join(missing)}"
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
@@ -54,20 +80,21 @@ def int4_int8_unavailable() -> str | None:
 
 
 @functools.cache
-def load_int4_int8_gemm() -> None:
-    """Compile (or load from torch's cache) and register `torch.ops.ascend_router.int4_int8_gemm`.
+def load(kernel: Kernel) -> None:
+    """Compile (or load from torch's cache) `kernel` and register its `torch.ops.ascend_router`
+    operator.
 
     Raises:
-        RuntimeError: `int4_int8_unavailable()` names a reason, or compilation failed.
+        RuntimeError: `unavailable(kernel)` names a reason, or compilation failed.
     """
-    reason = int4_int8_unavailable()
+    reason = unavailable(kernel)
     if reason is not None:
-        raise RuntimeError(f"int4_int8_gemm cannot run here: {reason}")
-    logger.info("loading the int4 x int8 CPU kernel (compiles once per host, ~25 s)")
+        raise RuntimeError(f"{kernel.name} cannot run here: {reason}")
+    logger.info("loading CPU kernel %s (compiled once per host, ~25 s)", kernel.name)
     cpp_extension.load(
-        name="ascend_router_int4_int8_gemm",
-        sources=[str(SOURCE)],
-        extra_cflags=[*_CFLAGS, "-fopenmp"],
+        name=kernel.name,
+        sources=[str(HERE / kernel.source)],
+        extra_cflags=["-O3", *kernel.cflags, "-fopenmp"],
         extra_ldflags=["-fopenmp"],
         is_python_module=False,
     )
@@ -88,7 +115,7 @@ def int4_int8_gemm(
 
     Raises:
         RuntimeError: the shapes disagree, or the kernel was not loaded
-            (`load_int4_int8_gemm`).
+            (`load(INT4_INT8_GEMM)`).
     """
     return torch.ops.ascend_router.int4_int8_gemm(x, codes, scales, offsets)
 

@@ -101,7 +101,7 @@ torch::Tensor int4_int8_gemm(torch::Tensor x, torch::Tensor codes, torch::Tensor
   return out;
 }
 
-TORCH_LIBRARY(ascend_router, m) {
+TORCH_LIBRARY_FRAGMENT(ascend_router, m) {
   m.def("int4_int8_gemm(Tensor x, Tensor codes, Tensor scales, Tensor offsets) -> Tensor");
   m.impl("int4_int8_gemm", torch::kCPU, &int4_int8_gemm);
 }

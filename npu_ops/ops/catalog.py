@@ -7,7 +7,7 @@
 | rotary_embedding | `activation.rotary_embedding` | `npu_rotary_mul` | — |
 | swiglu | `activation.swiglu` | `npu_swiglu` | — |
 | prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA (cuda) |
-| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA (cuda) |
+| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA (cuda); cpu: our AVX512 kernel |
 | moe_grouped_topk | `moe_gating.moe_grouped_topk` | `npu_moe_gating_top_k` | — |
 | moe_topk_softmax | `moe_gating.moe_topk_softmax` | `npu_moe_gating_top_k_softmax` | — |
 | moe_dispatch | `moe_routing.moe_dispatch` | `npu_moe_init_routing` | — |
@@ -17,8 +17,9 @@
 
 "—" means the reference runs on that platform. The rule: each platform runs the first
 implementation registered for it, else the reference. CPU runs torch's fused kernel where torch
-has one that is faster than the reference (`F.rms_norm`: one kernel instead of six ops), else
-the reference. The references stay the oracle: every implementation is tested against its
+has one that is faster than the reference (`F.rms_norm`: one kernel instead of six ops), our
+own kernel where we wrote one (`paged_decode_attention`, `npu_ops/cpu_kernels`; registered only
+on hosts whose CPU and toolchain can build it), else the reference. The references stay the oracle: every implementation is tested against its
 reference (`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"` serves with one.
 
 Which ops a serving step calls, per family, is in `docs/architecture.md` ("Ops on the serving
@@ -27,7 +28,17 @@ path"); `engine.fused_layers` is where the model's modules call them.
 
 from __future__ import annotations
 
-from npu_ops.ops import activation, attention, moe_gating, moe_routing, norm, quant, torch_native
+from npu_ops.cpu_kernels import PAGED_DECODE_ATTENTION, unavailable
+from npu_ops.ops import (
+    activation,
+    attention,
+    cpu_attention,
+    moe_gating,
+    moe_routing,
+    norm,
+    quant,
+    torch_native,
+)
 from npu_ops.ops.npu import attention as npu_attention
 from npu_ops.ops.npu import elementwise as npu_elementwise
 from npu_ops.ops.npu import moe as npu_moe
@@ -82,6 +93,10 @@ def build_registry() -> OpRegistry:
         CUDA,
         portable=True,
     )
+    if unavailable(PAGED_DECODE_ATTENTION) is None:
+        reg.register(
+            "paged_decode_attention", "cpu", cpu_attention.paged_decode_attention, ("cpu",)
+        )
     return reg
 
 

@@ -27,7 +27,7 @@ def advance(sch: Scheduler, batch) -> None:
         s.seq.num_computed_tokens += s.num_new_tokens
         sch.block_manager.commit(s.seq)
         if s.sample:
-            s.seq.output_token_ids.append(7)
+            s.seq.append_output(7)
 
 
 def test_blocks_allocate_free_and_refuse_when_full() -> None:

@@ -1,0 +1,159 @@
+// Paged decode attention on x86 CPUs with AVX512: one new query token per sequence attends to
+// its cached context, read in place through the block table (no gathered copy of the context).
+//
+// q: float32 [B, Nq, Dk]; k_cache: [num_blocks, block_size, Nkv, Dk] and v_cache:
+// [num_blocks, block_size, Nkv, Dv], both float32 or bfloat16; block_tables: int32 [B, max_blocks];
+// seq_lens: int32 [B] (context length, new token included); out: float32 [B, Nq, Dv].
+// Query head h reads KV head h / (Nq / Nkv) (grouped-query attention, transformers' repeat_kv).
+// out = softmax(scale * q . K^T) V, scores and sums in float32 (the semantics of
+// npu_ops/ops/attention.py: paged_decode_attention). Each (sequence, KV head) pair is one task of
+// torch's intra-op pool and is computed in the same order whatever the batch, so a sequence's
+// result does not depend on the others.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+
+inline __m512 load(const at::BFloat16* p, __mmask16 m) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// exp(x) for x <= 0 (scores minus their maximum): 2^(x log2 e) as 2^n * 2^f with a degree-6
+// polynomial for 2^f on [-0.5, 0.5] (relative error < 2e-7), n applied by vscalefps.
+inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)),
+                                 _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+template <typename T>
+void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
+            int64_t block_size, int64_t nkv, int64_t kv_head, int64_t group, int64_t dk,
+            int64_t dv, float scale, float* out, std::vector<float>& scores,
+            std::vector<float>& acc) {
+  scores.assign(group * len, 0.f);
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
+    const T* k = k_cache + (slot * nkv + kv_head) * dk;
+    for (int64_t g = 0; g < group; ++g) {
+      const float* qg = q + g * dk;
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t c = 0; c < dk; c += 16) {
+        const __mmask16 m = tail_mask(dk - c);
+        sum = _mm512_fmadd_ps(load(qg + c, m), load(k + c, m), sum);
+      }
+      scores[g * len + t] = _mm512_reduce_add_ps(sum) * scale;
+    }
+  }
+  acc.assign(group * dv, 0.f);
+  std::vector<float> denom(group);
+  for (int64_t g = 0; g < group; ++g) {
+    float* s = scores.data() + g * len;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t t = 0; t < len; t += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
+                                                      tail_mask(len - t), s + t));
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < len; t += 16) {
+      const __mmask16 m = tail_mask(len - t);
+      const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), mx));
+      _mm512_mask_storeu_ps(s + t, m, e);
+      vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+    }
+    denom[g] = _mm512_reduce_add_ps(vsum);
+  }
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
+    const T* v = v_cache + (slot * nkv + kv_head) * dv;
+    for (int64_t c = 0; c < dv; c += 16) {
+      const __mmask16 m = tail_mask(dv - c);
+      const __m512 vv = load(v + c, m);
+      for (int64_t g = 0; g < group; ++g) {
+        float* a = acc.data() + g * dv + c;
+        const __m512 p = _mm512_set1_ps(scores[g * len + t]);
+        _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(p, vv, _mm512_maskz_loadu_ps(m, a)));
+      }
+    }
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    const __m512 inv = _mm512_set1_ps(1.f / denom[g]);
+    for (int64_t c = 0; c < dv; c += 16) {
+      const __mmask16 m = tail_mask(dv - c);
+      _mm512_mask_storeu_ps(out + g * dv + c, m,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc.data() + g * dv + c), inv));
+    }
+  }
+}
+
+template <typename T>
+void run(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& vc,
+         const torch::Tensor& tables, const torch::Tensor& lens, float scale, torch::Tensor& out) {
+  const int64_t batch = q.size(0), nq = q.size(1), dk = q.size(2);
+  const int64_t block_size = kc.size(1), nkv = kc.size(2), dv = vc.size(3);
+  const int64_t group = nq / nkv, max_blocks = tables.size(1);
+  const float* qp = q.data_ptr<float>();
+  const T* kp = kc.data_ptr<T>();
+  const T* vp = vc.data_ptr<T>();
+  const int32_t* tp = tables.data_ptr<int32_t>();
+  const int32_t* lp = lens.data_ptr<int32_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, batch * nkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, acc;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / nkv, h = i % nkv;
+      attend<T>(qp + (b * nq + h * group) * dk, kp, vp, tp + b * max_blocks, lp[b], block_size,
+                nkv, h, group, dk, dv, scale, op + (b * nq + h * group) * dv, scores, acc);
+    }
+  });
+}
+
+}  // namespace
+
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
+                                     torch::Tensor v_cache, torch::Tensor block_tables,
+                                     torch::Tensor seq_lens, double scale) {
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat32 && q.is_contiguous());
+  TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.is_contiguous() &&
+              v_cache.is_contiguous() && k_cache.scalar_type() == v_cache.scalar_type());
+  TORCH_CHECK(k_cache.size(3) == q.size(2) && q.size(1) % k_cache.size(2) == 0);
+  TORCH_CHECK(block_tables.scalar_type() == torch::kInt32 && block_tables.is_contiguous() &&
+              block_tables.size(0) == q.size(0));
+  TORCH_CHECK(seq_lens.scalar_type() == torch::kInt32 && seq_lens.numel() == q.size(0));
+  auto out = torch::empty({q.size(0), q.size(1), v_cache.size(3)}, q.options());
+  if (k_cache.scalar_type() == torch::kBFloat16) {
+    run<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
+  } else {
+    TORCH_CHECK(k_cache.scalar_type() == torch::kFloat32, "cache must be float32 or bfloat16");
+    run<float>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
+  }
+  return out;
+}
+
+TORCH_LIBRARY_FRAGMENT(ascend_router, m) {
+  m.def(
+      "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+      "Tensor seq_lens, float scale) -> Tensor");
+  m.impl("paged_decode_attention", torch::kCPU, &paged_decode_attention);
+}
