@@ -31,9 +31,9 @@ from deployments.protocol.errors import (
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request, wants_stream
+from deployments.sse_relay import sse_batches
 from deployments.structured_output import GrammarFactory
 from deployments.tokenizer import load_tokenizer
-from deployments.sse_relay import sse_batches
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
@@ -143,9 +143,7 @@ class ModelServer:
             err = internal_error(rid, self.where).response()
         return _single(err) if wants_stream(request) else err
 
-    async def chat(
-        self, request: ChatCompletionRequest | dict[str, Any], sse: bool = False
-    ) -> Any:
+    async def chat(self, request: ChatCompletionRequest | dict[str, Any], sse: bool = False) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
         `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
         (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models."""

@@ -6,13 +6,13 @@ Large Language Model Serving with PagedAttention"): a sequence's KV lives in `bl
 blocks listed in its block table; token `p` of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
 
-Prefix caching (as in vLLM's automatic prefix caching): every full block is identified by a
-hash chained from its prefix, `sha256(parent_digest | block_token_ids | extra_key)`, so two
-requests with the same leading tokens share those blocks (reference counts). A 256-bit digest
-makes a collision, which would hand one request another's KV, practically impossible; Python's
-64-bit `hash()` of the same tuple did not (vLLM moved to sha256 for the same reason). A block whose count drops to
-zero keeps its KV and hash and goes to the free pool in least-recently-used order; it is reused
-on a later hit or evicted (its hash forgotten) when the pool hands it out for new tokens.
+Prefix caching (as in vLLM's automatic prefix caching): every full block is identified by a hash
+chained from its prefix, `sha256(parent_digest | block_token_ids | extra_key)`, so two requests with
+the same leading tokens share those blocks (reference counts). A 256-bit digest makes a collision,
+which would hand one request another's KV, practically impossible; Python's 64-bit `hash()` of the
+same tuple did not (vLLM moved to sha256 for the same reason). A block whose count drops to zero
+keeps its KV and hash and goes to the free pool in least-recently-used order; it is reused on a
+later hit or evicted (its hash forgotten) when the pool hands it out for new tokens.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Named workloads for `load_tests.compare --presets`: the traffic shapes a comparison must cover.
 
-| preset | endpoint | prompt tokens | output tokens | what dominates |
-|---|---|---|---|---|
-| `prefill-heavy` | completions | 128 | 64 | prefill (the earlier comparisons) |
-| `decode-heavy` | chat | 24 (a short user turn; ~40 with the chat template) | 128 | decode: chat and agent replies |
-| `dataset-like` | chat | log-normal around 96 (σ 0.8, clipped to 4..384) | log-normal around 128 (σ 0.6, clipped to 2..512) | a mix of both |
+- `prefill-heavy`: completions, 128 prompt tokens, 64 output tokens (prefill dominates; the
+  earlier comparisons' workload).
+- `decode-heavy`: chat, a 24-token user turn (~40 tokens with the chat template), 128 output
+  tokens (decode dominates: chat and agent replies).
+- `dataset-like`: chat, prompt lengths log-normal around 96 tokens (σ 0.8, clipped to 4..384)
+  and outputs log-normal around 128 (σ 0.6, clipped to 2..512): a mix of both.
 
 `dataset-like` stands in for a ShareGPT-style trace (none can be downloaded here): prompt and
 reply lengths are drawn from log-normal distributions, whose long right tail is the shape of

@@ -12,11 +12,12 @@ the start (no path reuses another's prefix cache), through
 
 It prints TTFT p50/p99 and time per output token (TPOT) p50 per path, and the router's overhead
 (`router` - `direct`): the TTFT difference at p50 and p99 and the TPOT difference (per-token
-overhead in streaming). With `--concurrency N`, each path gets N requests at once (paths still
-take turns), so the per-token costs are those of N concurrent streams sharing the host; the HTTP
-path is then the one whose stream the replica sends as ready SSE bytes (`http` - `direct` is
-the per-token cost of the proxy and router together). By default it starts Ray and `configs/local.yaml` itself (HTTP port 8125)
-and stops them after; `--address auto` (or `RAY_ADDRESS`) uses a running `serve run` instead.
+overhead in streaming). With `--concurrency N`, each path gets N requests at once (paths still take
+turns), so the per-token costs are those of N concurrent streams sharing the host; the HTTP path is
+then the one whose stream the replica sends as ready SSE bytes (`http` - `direct` is the per-token
+cost of the proxy and router together). By default it starts Ray and `configs/local.yaml` itself
+(HTTP port 8125) and stops them after; `--address auto` (or `RAY_ADDRESS`) uses a running `serve
+run` instead.
 
 Example:
     python -m load_tests.router_overhead --model smollm2-fast --requests 60 --max-tokens 32
@@ -131,7 +132,9 @@ def summary(records: dict[str, list[RequestRecord]]) -> dict[str, Any]:
         f"{metric}_{stat}_ms": paths["router"][metric][stat] - paths["direct"][metric][stat]
         for metric, stat in (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"))
     }
-    overhead["http_tpot_p50_ms"] = paths["http"]["tpot_ms"]["p50"] - paths["direct"]["tpot_ms"]["p50"]
+    overhead["http_tpot_p50_ms"] = (
+        paths["http"]["tpot_ms"]["p50"] - paths["direct"]["tpot_ms"]["p50"]
+    )
     for metric in ("ttft", "tpot"):
         pairs = zip(records["router"], records["direct"])
         diffs = [

@@ -196,9 +196,10 @@ def measure(bench: Bench, batch: int) -> dict[str, Any]:
     ModelRunner._metadata = _labelled_function(runner, "metadata")  # type: ignore[method-assign]
     llm_engine_module.sample = _labelled_function(sample, "sampling")
     try:
-        with _labelled(bench.engine.executor.model), profile(
-            activities=[ProfilerActivity.CPU]
-        ) as prof:
+        with (
+            _labelled(bench.engine.executor.model),
+            profile(activities=[ProfilerActivity.CPU]) as prof,
+        ):
             t0 = time.perf_counter()
             for _ in range(args.profile_steps):
                 bench.engine.step()

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 
 from engine.executor import ModelShard
+from engine.fused_layers import use_fused_layers
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
-from engine.fused_layers import use_fused_layers
 from engine.model_loader import CheckpointRef, load_model
 from engine.parallel.sharding import shard_model
 from engine.step_input import StepInput

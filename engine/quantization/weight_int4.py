@@ -22,15 +22,15 @@ for speed. With `int8_activations` (the engine's `activation_quantization: int8`
 tokens go through `npu_ops.cpu_kernels.int4_int8_gemm` instead, which reads the weights once per
 step: 4.3 / 7.9 / 13.3 / 22.7 ms at 1 / 8 / 16 / 32 rows on the same weights.
 
-Every kernel gives each row the same result whatever the other rows (a single row is sent to
-the GEMM as two, since torch's one-row GEMV sums in another order), so the kernel, not the
-batch, decides a token's result; `int4_int8_gemm` is used at every batch size. With `dense_min_rows=None` (the engine's `batch_invariant`
-setting) the split is by token kind only, read from the step's `engine.forward_context`, and a
-request's output never depends on its neighbours; otherwise a generated token's kernel also
-depends on how many generated tokens share its step. A call outside an engine step, or on a
-subset of the step's tokens (MoE experts), uses the int4 kernel for every row. Elsewhere than
-CPU the reference dequantises the codes per call, which is correct but saves no memory traffic
-(Ascend's `npu_weight_quant_batchmatmul` is the kernel to wire there).
+Every kernel gives each row the same result whatever the other rows (a single row is sent to the
+GEMM as two, since torch's one-row GEMV sums in another order), so the kernel, not the batch,
+decides a token's result; `int4_int8_gemm` is used at every batch size. With `dense_min_rows=None`
+(the engine's `batch_invariant` setting) the split is by token kind only, read from the step's
+`engine.forward_context`, and a request's output never depends on its neighbours; otherwise a
+generated token's kernel also depends on how many generated tokens share its step. A call outside an
+engine step, or on a subset of the step's tokens (MoE experts), uses the int4 kernel for every row.
+Elsewhere than CPU the reference dequantises the codes per call, which is correct but saves no
+memory traffic (Ascend's `npu_weight_quant_batchmatmul` is the kernel to wire there).
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ class Int4WeightLinear(nn.Module):
     def _int4(self, flat: torch.Tensor) -> torch.Tensor:
         if self.int8_activations:
             x = flat.float().contiguous()
-            return int4_int8_gemm(x, self.packed, self.int8_scales, self.int8_offsets).to(flat.dtype)
+            return int4_int8_gemm(x, self.packed, self.int8_scales, self.int8_offsets).to(
+                flat.dtype
+            )
         return torch._weight_int4pack_mm_for_cpu(
             flat.contiguous(), self.packed, self.group_size, self.scales_and_zeros
         )

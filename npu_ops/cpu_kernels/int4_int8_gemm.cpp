@@ -14,6 +14,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include "gil.h"
+
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -85,6 +87,7 @@ torch::Tensor int4_int8_gemm(torch::Tensor x, torch::Tensor codes, torch::Tensor
     up[r] = d * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
   }
   auto out = torch::empty({M, N}, x.options());
+  const MaybeReleaseGil no_gil;
   static constexpr auto fns = tiles(std::make_integer_sequence<int, kRows>{});
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   const float* scp = scales.data_ptr<float>();

@@ -6,12 +6,14 @@
 // seq_lens: int32 [B] (context length, new token included); out: float32 [B, Nq, Dv].
 // Query head h reads KV head h / (Nq / Nkv) (grouped-query attention, transformers' repeat_kv).
 // out = softmax(scale * q . K^T) V, scores and sums in float32 (the semantics of
-// npu_ops/ops/attention.py: paged_decode_attention). Each (sequence, KV head) pair is one task of
+// npu_ops/ops/attention.py: paged_decode_attention). Each sequence is one task of
 // torch's intra-op pool and is computed in the same order whatever the batch, so a sequence's
 // result does not depend on the others.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+
+#include "gil.h"
 
 #include <cmath>
 #include <cstdint>
@@ -47,29 +49,34 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// One sequence, every head: K and V rows are read whole (all KV heads of a token are
+// contiguous), once per sequence.
 template <typename T>
 void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
-            int64_t block_size, int64_t nkv, int64_t kv_head, int64_t group, int64_t dk,
-            int64_t dv, float scale, float* out, std::vector<float>& scores,
-            std::vector<float>& acc) {
-  scores.assign(group * len, 0.f);
+            int64_t block_size, int64_t nkv, int64_t group, int64_t dk, int64_t dv, float scale,
+            float* out, std::vector<float>& scores, std::vector<float>& acc) {
+  const int64_t nq = nkv * group;
+  scores.assign(nq * len, 0.f);
   for (int64_t t = 0; t < len; ++t) {
     const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
-    const T* k = k_cache + (slot * nkv + kv_head) * dk;
-    for (int64_t g = 0; g < group; ++g) {
-      const float* qg = q + g * dk;
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t c = 0; c < dk; c += 16) {
-        const __mmask16 m = tail_mask(dk - c);
-        sum = _mm512_fmadd_ps(load(qg + c, m), load(k + c, m), sum);
+    for (int64_t h = 0; h < nkv; ++h) {
+      const T* k = k_cache + (slot * nkv + h) * dk;
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t head = h * group + g;
+        const float* qh = q + head * dk;
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t c = 0; c < dk; c += 16) {
+          const __mmask16 m = tail_mask(dk - c);
+          sum = _mm512_fmadd_ps(load(qh + c, m), load(k + c, m), sum);
+        }
+        scores[head * len + t] = _mm512_reduce_add_ps(sum) * scale;
       }
-      scores[g * len + t] = _mm512_reduce_add_ps(sum) * scale;
     }
   }
-  acc.assign(group * dv, 0.f);
-  std::vector<float> denom(group);
-  for (int64_t g = 0; g < group; ++g) {
-    float* s = scores.data() + g * len;
+  acc.assign(nq * dv, 0.f);
+  std::vector<float> denom(nq);
+  for (int64_t head = 0; head < nq; ++head) {
+    float* s = scores.data() + head * len;
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t t = 0; t < len; t += 16)
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
@@ -82,27 +89,30 @@ void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* t
       _mm512_mask_storeu_ps(s + t, m, e);
       vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
     }
-    denom[g] = _mm512_reduce_add_ps(vsum);
+    denom[head] = _mm512_reduce_add_ps(vsum);
   }
   for (int64_t t = 0; t < len; ++t) {
     const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
-    const T* v = v_cache + (slot * nkv + kv_head) * dv;
-    for (int64_t c = 0; c < dv; c += 16) {
-      const __mmask16 m = tail_mask(dv - c);
-      const __m512 vv = load(v + c, m);
-      for (int64_t g = 0; g < group; ++g) {
-        float* a = acc.data() + g * dv + c;
-        const __m512 p = _mm512_set1_ps(scores[g * len + t]);
-        _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(p, vv, _mm512_maskz_loadu_ps(m, a)));
+    for (int64_t h = 0; h < nkv; ++h) {
+      const T* v = v_cache + (slot * nkv + h) * dv;
+      for (int64_t c = 0; c < dv; c += 16) {
+        const __mmask16 m = tail_mask(dv - c);
+        const __m512 vv = load(v + c, m);
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t head = h * group + g;
+          float* a = acc.data() + head * dv + c;
+          const __m512 p = _mm512_set1_ps(scores[head * len + t]);
+          _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(p, vv, _mm512_maskz_loadu_ps(m, a)));
+        }
       }
     }
   }
-  for (int64_t g = 0; g < group; ++g) {
-    const __m512 inv = _mm512_set1_ps(1.f / denom[g]);
+  for (int64_t head = 0; head < nq; ++head) {
+    const __m512 inv = _mm512_set1_ps(1.f / denom[head]);
     for (int64_t c = 0; c < dv; c += 16) {
       const __mmask16 m = tail_mask(dv - c);
-      _mm512_mask_storeu_ps(out + g * dv + c, m,
-                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc.data() + g * dv + c), inv));
+      _mm512_mask_storeu_ps(out + head * dv + c, m,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc.data() + head * dv + c), inv));
     }
   }
 }
@@ -119,13 +129,11 @@ void run(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& v
   const int32_t* tp = tables.data_ptr<int32_t>();
   const int32_t* lp = lens.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, batch * nkv, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, acc;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / nkv, h = i % nkv;
-      attend<T>(qp + (b * nq + h * group) * dk, kp, vp, tp + b * max_blocks, lp[b], block_size,
-                nkv, h, group, dk, dv, scale, op + (b * nq + h * group) * dv, scores, acc);
-    }
+    for (int64_t b = begin; b < end; ++b)
+      attend<T>(qp + b * nq * dk, kp, vp, tp + b * max_blocks, lp[b], block_size, nkv, group,
+                dk, dv, scale, op + b * nq * dv, scores, acc);
   });
 }
 
@@ -142,6 +150,7 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
               block_tables.size(0) == q.size(0));
   TORCH_CHECK(seq_lens.scalar_type() == torch::kInt32 && seq_lens.numel() == q.size(0));
   auto out = torch::empty({q.size(0), q.size(1), v_cache.size(3)}, q.options());
+  const MaybeReleaseGil no_gil;
   if (k_cache.scalar_type() == torch::kBFloat16) {
     run<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
   } else {

@@ -1,10 +1,10 @@
 """The `torch` implementations: torch's own fused kernels, where torch offers one.
 
-The default on CUDA, and on CPU for the norms. They are plain torch calls, so they run on any
-device (which is how the tests and `ops-check --all-impls` check them against the references). Sources: `torch.nn.functional.
-rms_norm` and `torch.nn.functional.scaled_dot_product_attention` (PyTorch docs; `enable_gqa`
-since 2.5). Ops without a torch fused kernel (rotary, SwiGLU, MoE routing, W8A8) use the
-reference on CUDA.
+The default on CUDA, and on CPU for the norms. They are plain torch calls, so they run on any device
+(which is how the tests and `ops-check --all-impls` check them against the references). Sources:
+`torch.nn.functional. rms_norm` and `torch.nn.functional.scaled_dot_product_attention` (PyTorch
+docs; `enable_gqa` since 2.5). Ops without a torch fused kernel (rotary, SwiGLU, MoE routing, W8A8)
+use the reference on CUDA.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from engine.forward_context import ForwardContext, forward_context
-from engine.sampling_params import SamplingParams
 from engine.quantization.weight_int4 import Int4WeightLinear, dequantize_int4, quantize_int4
+from engine.sampling_params import SamplingParams
 from npu_ops.cpu_kernels import INT4_INT8_GEMM, int4_int8_gemm, load, pack_int4_codes, unavailable
 
 UNAVAILABLE = unavailable(INT4_INT8_GEMM)
@@ -84,7 +84,9 @@ def test_engine_decodes_through_the_kernel_batch_invariantly(make_engine) -> Non
     """bf16 + int4 SmolLM2 with int8 decode activations: every int4 linear uses the kernel, and
     a request's greedy tokens are the same alone as in a batch of four. (How often greedy
     output differs from float activations: `python -m load_tests.greedy_divergence`.)"""
-    engine = make_engine(dtype="bfloat16", weight_quantization="int4", activation_quantization="int8")
+    engine = make_engine(
+        dtype="bfloat16", weight_quantization="int4", activation_quantization="int8"
+    )
     layers = [m for m in engine.executor.model.modules() if isinstance(m, Int4WeightLinear)]
     assert layers and all(m.int8_activations for m in layers)
     prompts = [[1, 9690, 198, 2683, 359, 253, 5356, 5646, 30, 2] + [100 + i] * 5 for i in range(4)]

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import fake_torch_npu_util
 import pytest
-import torch
 
 import engine.attention
 import engine.fused_layers
@@ -71,7 +70,9 @@ def test_prefill_and_decode_call_the_familys_npu_kernels(
     eng.add_request("b", [12, 13, 14], params)
     prefill = _step_kernels(eng)
     decode = _step_kernels(eng)
-    expected_decode = KERNELS[family] | (set() if family.startswith("deepseek") else DECODE_ATTENTION)
+    expected_decode = KERNELS[family] | (
+        set() if family.startswith("deepseek") else DECODE_ATTENTION
+    )
     assert prefill == KERNELS[family], sorted(prefill ^ KERNELS[family])
     assert decode == expected_decode, sorted(decode ^ expected_decode)
     rotary = fake_torch_npu_util.calls_to("npu_rotary_mul")

@@ -18,7 +18,9 @@ def test_torch_impls_cover_norms_and_attention() -> None:
     for op in TORCH_OPS:
         impl = REGISTRY.get(op).implementation("torch")
         cpu_too = op.endswith("rms_norm")
-        assert impl.portable and impl.platforms == frozenset({"cuda", "cpu"} if cpu_too else {"cuda"})
+        assert impl.portable and impl.platforms == frozenset(
+            {"cuda", "cpu"} if cpu_too else {"cuda"}
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
