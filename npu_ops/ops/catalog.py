@@ -7,7 +7,7 @@
 | rotary_embedding | `activation.rotary_embedding` | `npu_rotary_mul` | — |
 | swiglu | `activation.swiglu` | `npu_swiglu` | — |
 | prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA (cuda) |
-| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA¹ |
+| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA* |
 | moe_grouped_topk | `moe_gating.moe_grouped_topk` | `npu_moe_gating_top_k` | — |
 | moe_topk_softmax | `moe_gating.moe_topk_softmax` | `npu_moe_gating_top_k_softmax` | — |
 | moe_dispatch | `moe_routing.moe_dispatch` | `npu_moe_init_routing` | — |
@@ -15,14 +15,15 @@
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
 
-"—" means the reference runs on that platform. ¹ cuda; on cpu our own kernel
-(`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`). The rule: each platform runs the first implementation
-registered for it, else the reference. CPU runs torch's fused kernel where torch has one that is
-faster than the reference (`F.rms_norm`: one kernel instead of six ops), our own kernel where we
-wrote one (`paged_decode_attention`, `npu_ops/cpu_kernels`; registered only on hosts whose CPU and
-toolchain can build it), else the reference. The references stay the oracle: every implementation is
-tested against its reference (`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"`
-serves with one.
+"—" means the reference runs on that platform. * cuda; on cpu our own kernel
+(`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`).
+
+The rule: each platform runs the first implementation registered for it, else the reference. CPU
+runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
+kernel instead of six ops), our own kernel where we wrote one (`paged_decode_attention`,
+`npu_ops/cpu_kernels`; registered only on hosts whose CPU and toolchain can build it), else the
+reference. The references stay the oracle: every implementation is tested against its reference
+(`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"` serves with one.
 
 Which ops a serving step calls, per family, is in `docs/architecture.md` ("Ops on the serving
 path"); `engine.fused_layers` is where the model's modules call them.
