@@ -7,7 +7,7 @@
 | rotary_embedding | `activation.rotary_embedding` | `npu_rotary_mul` | — |
 | swiglu | `activation.swiglu` | `npu_swiglu` | — |
 | prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA (cuda) |
-| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA* |
+| paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA*|
 | moe_grouped_topk | `moe_gating.moe_grouped_topk` | `npu_moe_gating_top_k` | — |
 | moe_topk_softmax | `moe_gating.moe_topk_softmax` | `npu_moe_gating_top_k_softmax` | — |
 | moe_dispatch | `moe_routing.moe_dispatch` | `npu_moe_init_routing` | — |
