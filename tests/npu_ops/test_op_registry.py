@@ -8,6 +8,7 @@ import pytest
 
 import npu_ops.ops as ops_pkg
 from configs import envs
+from npu_ops.cpu_kernels import PAGED_DECODE_ATTENTION, unavailable
 from npu_ops.ops import REGISTRY
 from npu_ops.ops.registry import OpRegistry
 
@@ -29,12 +30,14 @@ def test_cuda_platform_chooses_torch_kernels_where_registered() -> None:
     assert chosen["swiglu"] == "reference"
 
 
-def test_cpu_platform_runs_torch_norms_and_references_otherwise() -> None:
+def test_cpu_platform_runs_torch_norms_our_attention_and_references_otherwise() -> None:
     table = REGISTRY.select("cpu")
     chosen = {op: table.impl_name(op) for op in REGISTRY.names()}
+    ours = {"paged_decode_attention"} if unavailable(PAGED_DECODE_ATTENTION) is None else set()
     assert {op for op, impl in chosen.items() if impl != "reference"} == {
         "rms_norm",
         "add_rms_norm",
+        *ours,
     }
     assert chosen["rms_norm"] == "torch" and chosen["swiglu"] == "reference"
     assert table.rotary_embedding is REGISTRY.get("rotary_embedding").reference.fn

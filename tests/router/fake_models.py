@@ -47,10 +47,11 @@ class Answer(BaseModel):
 class _Call:
     """A pending call: awaitable once, async-iterable (one item) for streams, cancellable."""
 
-    def __init__(self, produce: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(self, produce: Callable[[], Awaitable[Any]], sse: bool = False) -> None:
         self._produce = produce
         self._sent = False
         self.cancelled = False
+        self.sse = sse  # the caller asked for SSE bytes after the first item
 
     def __await__(self) -> Any:
         return self._produce().__await__()
@@ -73,8 +74,8 @@ class _Method:
         self.handle = handle
         self.name = name
 
-    def remote(self, request: Any = None) -> _Call:
-        call = _Call(lambda: self.handle.answer(self.name))
+    def remote(self, request: Any = None, sse: bool = False) -> _Call:
+        call = _Call(lambda: self.handle.answer(self.name), sse)
         self.handle.calls.append((self.name, call))
         return call
 

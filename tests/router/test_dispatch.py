@@ -258,3 +258,25 @@ def test_without_a_serve_controller_every_deployment_is_unknown() -> None:
         assert isinstance(await route(gateway), Routed)
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("stream", "http", "sse"),
+    [(True, True, True), (True, False, False), (False, True, False)],
+    ids=["http-stream", "python-stream", "http-json"],
+)
+def test_only_http_streams_ask_the_replica_for_sse_bytes(
+    stream: bool, http: bool, sse: bool
+) -> None:
+    """HTTP streams are relayed as the replica's SSE bytes; `DeploymentHandle` callers get typed
+    chunks, and unary calls take no stream option."""
+
+    async def run() -> None:
+        gateway = make_gateway()
+        body = {"messages": HI, "stream": stream}
+        outcome = await gateway.route("chat", ChatCompletionRequest, body, {}, sse=http)
+        await answer(outcome)
+        (call,) = gateway.pool.handles["a"].sent()  # type: ignore[attr-defined]
+        assert call.sse is sse
+
+    asyncio.run(run())
