@@ -18,9 +18,11 @@ reads them again for every row: 11.3 ms at 8 rows, 21.5 at 16 and 42.0 at 32, wh
 GEMM costs 22.0, 25.5 and 35.0 ms. So prompt tokens (prefill) go through a dense copy of the
 dequantised weights in the serving dtype and an ordinary GEMM, and so do generated tokens once a
 step holds `DENSE_MIN_ROWS` of them; on CPU the layer therefore holds both, trading host memory
-for speed. With `int8_activations` (the engine's `activation_quantization: int8`) generated
-tokens go through `npu_ops.cpu_kernels.int4_int8_gemm` instead, which reads the weights once per
-step: 4.3 / 7.9 / 13.3 / 22.7 ms at 1 / 8 / 16 / 32 rows on the same weights.
+for speed. With `int8_activations` (the engine's `activation_quantization: int8`) every token,
+prompt or generated, goes through `npu_ops.cpu_kernels.int4_int8_gemm` instead, which reads
+the weights once per call: 4.3 / 7.9 / 13.3 / 22.7 ms at 1 / 8 / 16 / 32 rows on the same
+weights, and 23.8 / 315 ms at 40 / 640 prompt rows where the dense GEMM takes 35.8 / 353 (the
+four merged SmolLM2 linears per layer); the layer then holds no dense copy.
 
 Every kernel gives each row the same result whatever the other rows (a single row is sent to the
 GEMM as two, since torch's one-row GEMV sums in another order), so the kernel, not the batch,
@@ -101,10 +103,11 @@ class Int4WeightLinear(nn.Module):
             stay on CPU); False keeps plain codes for the dequantising reference.
         dense_min_rows: generated tokens per step from which they, too, go through the dense
             copy; None keeps them on the int4 kernel at every batch size (batch invariance).
-        int8_activations: generated tokens go through `npu_ops.cpu_kernels.int4_int8_gemm`
+        int8_activations: every row goes through `npu_ops.cpu_kernels.int4_int8_gemm`
             (activations quantised to int8 per 32 values, integer dot products) instead of
-            torch's int4 kernel; needs `load(INT4_INT8_GEMM)` to have succeeded, a CPU layer,
-            `group_size` 32 and `out_features` a multiple of 16.
+            torch's int4 kernel and the dense copy, which is not kept; needs
+            `load(INT4_INT8_GEMM)` to have succeeded, a CPU layer, `group_size` 32 and
+            `out_features` a multiple of 16.
 
     Raises:
         ValueError: `in_features` is not a multiple of `group_size`, or `int8_activations`
@@ -142,14 +145,20 @@ class Int4WeightLinear(nn.Module):
         self.register_buffer("packed", packed)
         # [in / group, out, 2]: scale and zero, in the activation dtype (the kernel's contract)
         self.register_buffer("scales_and_zeros", torch.stack([scales, zeros], -1).to(dtype))
-        dense = dequantize_int4(codes, scales, zeros, group_size).to(dtype) if cpu_kernel else None
+        keep_dense = cpu_kernel and not int8_activations
+        dense = dequantize_int4(codes, scales, zeros, group_size).to(dtype) if keep_dense else None
         self.register_buffer("dense", dense)  # [out, in], for prompt tokens
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., in]` -> `[..., out]` in `x.dtype` (the dtype of `scales_and_zeros`)."""
         flat = x.reshape(-1, self.in_features)
-        out = self._by_token_kind(flat) if self.cpu_kernel else self._reference(flat)
+        if self.int8_activations:
+            out = self._int4(flat)
+        elif self.cpu_kernel:
+            out = self._by_token_kind(flat)
+        else:
+            out = self._reference(flat)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -210,10 +219,9 @@ def quantize_linears_int4(
         group_size: input weights per scale/zero pair.
         batch_invariant: keep generated tokens on the int4 kernel at every batch size; False
             sends decode batches of `DENSE_MIN_ROWS` or more through the dense GEMM.
-        int8_activations: generated tokens through `int4_int8_gemm` (loaded by the caller);
-            layers whose `out_features` is not a multiple of 16 keep torch's kernel. That
-            kernel beats the dense GEMM at every batch size and is batch invariant, so the
-            dense route is not used for generated tokens.
+        int8_activations: every token through `int4_int8_gemm` (loaded by the caller);
+            layers whose `out_features` is not a multiple of 16 keep torch's kernel and the
+            dense copy.
 
     The output projection (often tied to the input embedding) stays in float. Call it on the
     float32 model before casting it to the serving dtype, so that codes come from exact weights.
