@@ -4,8 +4,9 @@ Levels are interleaved (A then B at each concurrency) so drift in machine load h
 level runs one target at a time, so each side's concurrency-1 level is its single-stream
 figure measured alone (`single_stream_tok_s` in the result). With `--presets` every named
 workload of `load_tests.presets` runs in one invocation, `--rounds` times over (presets and
-rounds interleaved), and each level reports its median round: a peer figure that moves between
-runs is re-measured, never quoted.
+rounds interleaved; every round with fresh prompts, so no prompt cache answers a later round),
+and each level reports its median round: a peer figure that moves between runs is re-measured,
+never quoted.
 
 Example (decode-heavy and prefill-heavy, three rounds, against llama-server):
     python -m load_tests.compare \
@@ -27,6 +28,7 @@ import copy
 import logging
 import statistics
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,8 @@ from load_tests.scenario import (
 from load_tests.workload import default_tokenizer
 
 MEDIAN_FIELDS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"))
+ROUND_SEED = 100_000
+"""Seed offset between rounds (levels within a round are 1,000 apart)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for name, scenario in plan:
             logging.info("round %d/%d, preset %s", r + 1, args.rounds, name or "(flags)")
-            results = asyncio.run(run_scenario([a, b], scenario, tokenizer))
+            # fresh prompts every round: a server's prompt cache must not answer a later round
+            fresh = replace(
+                scenario, spec=replace(scenario.spec, seed=scenario.spec.seed + ROUND_SEED * r)
+            )
+            results = asyncio.run(run_scenario([a, b], fresh, tokenizer))
             raw[name].append([[lv.to_dict() for lv in levels] for levels in results])
     failed = False
     for name, scenario in plan:
