@@ -21,8 +21,8 @@ The rest (DeepSeek's MLA attention, DeepSeek-V2's group-limited routing) stays H
 Per family, the ops of one step are listed in `docs/architecture.md`.
 
 Every replacement computes what the HF module computes, up to floating-point summation order:
-`tests/engine/test_fused_layers.py` checks greedy output against unmodified `transformers` in
-float32 for every family.
+`tests/engine/test_families.py` checks greedy output against unmodified `transformers` in
+float32 for every family (`tests/engine/test_fused_layers.py`: which modules each one gets).
 """
 
 from __future__ import annotations
@@ -39,15 +39,11 @@ from npu_ops.ops import active_ops
 
 logger = logging.getLogger(__name__)
 
-NORMS = frozenset(
-    f"{family}RMSNorm"
-    for family in ("Llama", "Qwen2", "Qwen3", "Qwen3Moe", "Phi3", "DeepseekV2", "DeepseekV3")
-)
+_FAMILIES = ("Llama", "Qwen2", "Qwen3", "Qwen3Moe", "Phi3", "DeepseekV2", "DeepseekV3")
+"""transformers class-name prefixes of the families served."""
+NORMS = frozenset(f"{family}RMSNorm" for family in _FAMILIES)
 """RMSNorm classes computing `weight * (x * rsqrt(mean(x²) + eps))` (transformers' LlamaRMSNorm)."""
-MLPS = frozenset(
-    f"{family}MLP"
-    for family in ("Llama", "Qwen2", "Qwen3", "Qwen3Moe", "Phi3", "DeepseekV2", "DeepseekV3")
-)
+MLPS = frozenset(f"{family}MLP" for family in _FAMILIES)
 """MLP classes computing `down(act(gate(x)) * up(x))` (Phi-3: gate and up fused already)."""
 ATTENTIONS = frozenset(
     f"{family}Attention" for family in ("Llama", "Qwen2", "Qwen3", "Qwen3Moe", "Phi3")

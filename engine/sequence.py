@@ -53,7 +53,7 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)
     cache_key: int | None = None
     prompt_logprobs_sent: bool = False
-    _tokens: list[int] = field(default_factory=list, repr=False)
+    _tokens: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._tokens = [*self.prompt_token_ids, *self.output_token_ids]
