@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class EngineConfig(BaseModel):
@@ -17,6 +17,23 @@ class EngineConfig(BaseModel):
         if self.activation_quantization != "none" and self.weight_quantization != "int4":
             raise ValueError("activation_quantization: int8 needs weight_quantization: int4")
         return self
+
+    @model_validator(mode="after")
+    def _graphs_are_not_batch_invariant(self) -> EngineConfig:
+        if not self.enforce_eager and self.batch_invariant:
+            raise ValueError(
+                "enforce_eager: false and batch_invariant: true exclude each other: decode rows "
+                "of a step that also prefills run eager, the others as captured graphs, so a "
+                "token's kernels would depend on its neighbours"
+            )
+        return self
+
+    @field_validator("graph_batch_sizes")
+    @classmethod
+    def _graph_sizes_ascending(cls, sizes: list[int]) -> list[int]:
+        if any(s <= 0 for s in sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError(f"graph_batch_sizes must be distinct positive sizes, got {sizes}")
+        return sorted(sizes)
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
@@ -68,6 +85,24 @@ class EngineConfig(BaseModel):
             "in float32 and 32 % at batch 1 in bfloat16 + int4, but ran batch 16 4x slower "
             "and compiled for 2-3 minutes before the first tokens (load_tests/graph_mode.py); "
             "unmeasured on NPU."
+        ),
+    )
+    graph_batch_sizes: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16],
+        min_length=1,
+        description=(
+            "Graph mode: the decode batch sizes captured at start-up (vLLM's "
+            "cudagraph_capture_sizes). A decode step of D sequences runs as the graph of the "
+            "smallest size >= D, padded; larger decode steps, prefill and mixed steps run eager. "
+            "Each size costs its compile time at a cold start (see the README)."
+        ),
+    )
+    compile_cache_dir: str | None = Field(
+        None,
+        description=(
+            "Graph mode: inductor's on-disk compile cache (TORCHINDUCTOR_CACHE_DIR), so that a "
+            "restarted or replacement replica loads its graphs instead of compiling them. "
+            "Default: inductor's own, /tmp/torchinductor_<user>."
         ),
     )
     weight_quantization: Literal["none", "int4"] = Field(

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from engine.forward_context import current_forward_context
-from npu_ops.ops import active_ops
+from npu_ops.ops.registry import OpTable
 
 ATTENTION_NAME = "ascend_paged"
 
@@ -47,13 +47,16 @@ class AttentionMetadata:
         decode_rows: `[D]` int64, batch positions of the decode tokens (one per sequence).
         decode_block_tables: `[D, B]` int32, each decode sequence's block table, padded to the
             longest (`B` blocks) with block 0.
-        decode_seq_lens: per decode sequence, its context length (new token included).
+        decode_seq_lens: `[D]` int32 on the host, each decode sequence's context length in
+            tokens (new token included).
         prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
         prefill_pad_index: `[P]` int64, where each of them sits in the padded `[S * Q]` query
             batch (`S` prefill sequences, `Q` tokens of the longest chunk).
         prefill_block_tables: `[S, B']` int64, the prefill sequences' block tables, padded.
         prefill_mask: `[S, 1, Q, B' * block_size]` bool, True where a query may attend a
             context token (causal, own context only; padded query rows see token 0 only).
+        ops: the process's op table (`npu_ops.ops.active_ops()`), chosen once by the model
+            runner; read from here so that a captured graph never calls into the registry.
     """
 
     slot_mapping: torch.Tensor
@@ -61,11 +64,12 @@ class AttentionMetadata:
     block_size: int
     decode_rows: torch.Tensor
     decode_block_tables: torch.Tensor
-    decode_seq_lens: list[int]
+    decode_seq_lens: torch.Tensor
     prefill_rows: torch.Tensor
     prefill_pad_index: torch.Tensor
     prefill_block_tables: torch.Tensor
     prefill_mask: torch.Tensor
+    ops: OpTable
 
 
 def paged_attention(
@@ -102,7 +106,7 @@ def paged_attention(
     if meta.decode_rows.numel():
         q = query[0][:, meta.decode_rows].transpose(0, 1)  # [D, H, d]
         blocks = k_cache.shape[0] // meta.block_size
-        decoded = active_ops().paged_decode_attention(
+        decoded = meta.ops.paged_decode_attention(
             q,
             k_cache.view(blocks, meta.block_size, *k_cache.shape[1:]),
             v_cache.view(blocks, meta.block_size, *v_cache.shape[1:]),

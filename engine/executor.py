@@ -10,6 +10,7 @@ from typing import Protocol
 
 import torch
 
+from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec, allocate_kv_caches
 from engine.model_loader import weight_bytes
@@ -27,6 +28,9 @@ class Executor(Protocol):
     def allocate_kv(self, num_blocks: int) -> None:
         """Allocate the KV cache; `execute` works only after this."""
 
+    def capture(self, size: int) -> None:
+        """Compile the decode graph of `size` rows (graph mode only; see `ModelShard`)."""
+
     def execute(self, step: StepInput) -> torch.Tensor:
         """Logits `[len(step.rows), vocab_size]` float32 for the step."""
 
@@ -42,7 +46,9 @@ class ModelShard:
         spec: this rank's KV geometry.
         block_size: tokens per block.
         device: where the model lives.
-        enforce_eager: run the decoder op by op (False: graph mode, see `npu_ops.graph_mode`).
+        graphs: decode steps to run as captured graphs (`engine.decode_graphs`); None runs
+            every step eager. With graphs the cache holds one block more than the engine's
+            block manager: the padding block of padded decode steps.
     """
 
     def __init__(
@@ -51,9 +57,9 @@ class ModelShard:
         spec: KVCacheSpec,
         block_size: int,
         device: torch.device,
-        enforce_eager: bool = True,
+        graphs: DecodeGraphSpec | None = None,
     ) -> None:
-        self.enforce_eager = enforce_eager
+        self.graphs = graphs
         self.model = model
         self.spec = spec
         self.block_size = block_size
@@ -86,10 +92,16 @@ class ModelShard:
 
     def allocate_kv(self, num_blocks: int) -> None:
         """Allocate the KV cache and make the shard ready to execute."""
-        caches = allocate_kv_caches(self.spec, num_blocks, self.block_size, self.device)
-        self.runner = ModelRunner(
-            self.model, caches, self.block_size, self.device, self.enforce_eager
+        pad_blocks = 0 if self.graphs is None else 1
+        caches = allocate_kv_caches(
+            self.spec, num_blocks + pad_blocks, self.block_size, self.device
         )
+        self.runner = ModelRunner(self.model, caches, self.block_size, self.device, self.graphs)
+
+    def capture(self, size: int) -> None:
+        """See `ModelRunner.capture`."""
+        assert self.runner is not None, "capture before allocate_kv"
+        self.runner.capture(size)
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """See `Executor.execute`."""

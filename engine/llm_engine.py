@@ -8,12 +8,15 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from dataclasses import dataclass, replace
 
 import torch
+from tqdm import tqdm
 
 from configs.engine_config import EngineConfig
 from engine.block_manager import BlockManager
+from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import Executor, LocalExecutor
 from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
@@ -92,6 +95,13 @@ class LLMEngine:
             getattr(self.hf_config, "max_position_embeddings", 2048)
         )
         spec = KVCacheSpec.from_config(self.hf_config, self.dtype, tensor_parallel_size)
+        graphs = None
+        if not config.enforce_eager:
+            graphs = DecodeGraphSpec(
+                tuple(config.graph_batch_sizes),
+                -(-self.max_model_len // config.block_size),
+                config.compile_cache_dir,
+            )
         self.executor: Executor
         if tensor_parallel_size == 1:
             model = load_model(
@@ -103,9 +113,7 @@ class LLMEngine:
                 config.batch_invariant,
                 activation_quantization=config.activation_quantization,
             )
-            self.executor = LocalExecutor(
-                model, spec, config.block_size, self.device, config.enforce_eager
-            )
+            self.executor = LocalExecutor(model, spec, config.block_size, self.device, graphs)
         else:
             if config.weight_quantization != "none" or config.output_quantization != "none":
                 raise ValueError(
@@ -123,7 +131,7 @@ class LLMEngine:
                 self.dtype,
                 config.rank_num_cpus,
                 config.placement_timeout_s,
-                config.enforce_eager,
+                graphs,
             )
         try:
             profile = None
@@ -131,6 +139,8 @@ class LLMEngine:
                 profile = self.executor.profile(config.max_num_batched_tokens)
             num_blocks = num_kv_blocks(config, spec, self.max_model_len, profile)
             self.executor.allocate_kv(num_blocks)
+            if graphs is not None:
+                self._capture(graphs)
         except Exception:
             self.executor.shutdown()
             raise
@@ -142,6 +152,29 @@ class LLMEngine:
         )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
+
+    def _capture(self, graphs: DecodeGraphSpec) -> None:
+        """Compile every decode graph before the first request, with a progress bar."""
+        torch._dynamo.config.recompile_limit = max(
+            torch._dynamo.config.recompile_limit, 2 * len(graphs.batch_sizes)
+        )
+        start = time.perf_counter()
+        for size in tqdm(graphs.batch_sizes, desc="capturing decode graphs", unit="graph"):
+            began = time.perf_counter()
+            self._set_threads(size)
+            self.executor.capture(size)
+            logger.info(
+                "decode graph of %d rows ready in %.1f s", size, time.perf_counter() - began
+            )
+        logger.info(
+            "%d decode graphs ready in %.1f s", len(graphs.batch_sizes), time.perf_counter() - start
+        )
+
+    def _set_threads(self, num_tokens: int) -> None:
+        """CPU: one intra-op thread for steps of at most `single_thread_max_tokens` tokens."""
+        if self._num_threads and self.config.single_thread_max_tokens:
+            small = num_tokens <= self.config.single_thread_max_tokens
+            torch.set_num_threads(1 if small else self._num_threads)
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -253,9 +286,7 @@ class LLMEngine:
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         rows, prompt_spans = self._rows(batch)
         step = StepInput.from_schedule(batch, rows)
-        if self._num_threads and self.config.single_thread_max_tokens:
-            small = len(step.token_ids) <= self.config.single_thread_max_tokens
-            torch.set_num_threads(1 if small else self._num_threads)
+        self._set_threads(len(step.token_ids))
         logits = self.executor.execute(step)
         n_prompt_rows = sum(n for _, _, n in prompt_spans)
         for s, first, n in prompt_spans:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 
 from engine.attention import AttentionMetadata
+from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
 from engine.forward_context import ForwardContext, forward_context
 from engine.step_input import StepInput
 from npu_ops.graph_mode import compile_graph
+from npu_ops.ops import active_ops
 from npu_ops.platform import current_platform
 
 
@@ -19,7 +21,9 @@ class ModelRunner:
         kv_caches: per-layer caches from `allocate_kv_caches`.
         block_size: tokens per block.
         device: where the model lives.
-        enforce_eager: run the decoder op by op; False compiles it (`npu_ops.graph_mode`).
+        graphs: decode steps to run as captured graphs (`engine.decode_graphs`); None runs
+            every step eager. With graphs, the caches' last block is the padding block, which
+            the engine's block manager does not own.
 
     Raises:
         ValueError: graph mode asked for and the platform's compiler is missing.
@@ -31,23 +35,36 @@ class ModelRunner:
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         block_size: int,
         device: torch.device,
-        enforce_eager: bool = True,
+        graphs: DecodeGraphSpec | None = None,
     ) -> None:
         self.model = model
         self.decoder = model.get_decoder()
-        if not enforce_eager:
-            self.decoder = compile_graph(self.decoder, current_platform().kind)
+        self.graphs = graphs
+        self.graph_decoder = (
+            None
+            if graphs is None
+            else compile_graph(self.decoder, current_platform().kind, graphs.cache_dir)
+        )
         self.lm_head = model.get_output_embeddings()
+        self.ops = active_ops()
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
+        self.pad_block = kv_caches[0][0].shape[0] // block_size - 1 if kv_caches else 0
 
-    def _metadata(self, step: StepInput) -> tuple[torch.Tensor, ForwardContext]:
-        """Positions `[T]` and the forward context, built with tensor ops (no per-token loops)."""
+    def _metadata(
+        self, step: StepInput, table_width: int | None = None
+    ) -> tuple[torch.Tensor, ForwardContext]:
+        """Positions `[T]` and the forward context, built with tensor ops (no per-token loops).
+
+        Args:
+            table_width: pad every block table to this many blocks (graph steps); None pads
+                to the longest table of the step.
+        """
         starts = torch.tensor(step.starts)
         q_lens = torch.tensor(step.q_lens)
         ctx_lens = starts + q_lens
-        max_blocks = max(len(t) for t in step.block_tables)
+        max_blocks = table_width or max(len(t) for t in step.block_tables)
         tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in step.block_tables])
         seq_idx = torch.arange(len(step.starts))
         q_seq = torch.repeat_interleave(seq_idx, q_lens)
@@ -58,6 +75,7 @@ class ModelRunner:
         # decode: one new token per sequence, each over its own whole blocks (padding masked)
         dec = seq_idx[q_lens == 1]
         dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
+        dec_blocks = table_width or dec_blocks
         dec_tables = tables[dec, :dec_blocks]
         # prefill chunks: a padded batch of chunks, each causal over its own whole blocks
         pre = seq_idx[q_lens > 1]
@@ -79,11 +97,12 @@ class ModelRunner:
             block_size=bs,
             decode_rows=q_first[dec].to(dev),
             decode_block_tables=dec_tables.to(device=dev, dtype=torch.int32),
-            decode_seq_lens=ctx_lens[dec].tolist(),
+            decode_seq_lens=ctx_lens[dec].to(torch.int32),
             prefill_rows=pre_rows.to(dev),
             prefill_pad_index=pad_index.to(dev),
             prefill_block_tables=tables[pre, :pre_blocks].to(dev),
             prefill_mask=pre_mask[:, None].to(dev),
+            ops=self.ops,
         )
         generated = q_pos >= torch.tensor(step.prompt_lens)[q_seq]
         ctx = ForwardContext(
@@ -93,17 +112,47 @@ class ModelRunner:
         )
         return q_pos, ctx
 
-    @torch.inference_mode()
     def execute(self, step: StepInput) -> torch.Tensor:
         """Prefill/decode every token of the step, write its KV, return logits of `step.rows`.
+
+        A decode step that fits a graph size replays that size's graph, padded; any other step
+        runs eager.
 
         Returns:
             `[len(step.rows), vocab_size]` float32 logits on the model's device.
         """
-        q_pos, ctx = self._metadata(step)
+        size = None if self.graphs is None else self.graphs.bucket(step)
+        if size is None:
+            return self._forward(step, graph=False)
+        return self._forward(pad_decode_step(step, size, self.pad_block), graph=True)
+
+    def capture(self, size: int) -> None:
+        """Compile (or load from the compile cache) the decode graph of `size` rows.
+
+        One step of padding rows runs eager first (it checks the inputs and loads the kernels
+        the graph calls), then the same step through the graph, which compiles it.
+
+        Raises:
+            ValueError: the runner has no graphs, or `size` is not one of their sizes.
+        """
+        if self.graphs is None or size not in self.graphs.batch_sizes:
+            raise ValueError(f"no decode graph of size {size} is configured")
+        empty = StepInput([], [], [], [], [], [])
+        padding = pad_decode_step(empty, size, self.pad_block)
+        self._forward(padding, graph=False)
+        self._forward(padding, graph=True)
+
+    @torch.inference_mode()
+    def _forward(self, step: StepInput, graph: bool) -> torch.Tensor:
+        if graph:
+            assert self.graphs is not None and self.graph_decoder is not None
+            decoder, width = self.graph_decoder, self.graphs.max_blocks_per_seq
+        else:
+            decoder, width = self.decoder, None
+        q_pos, ctx = self._metadata(step, width)
         input_ids = torch.tensor(step.token_ids, device=self.device)[None]
         with forward_context(ctx):
-            hidden = self.decoder(
+            hidden = decoder(
                 input_ids=input_ids, position_ids=q_pos.to(self.device)[None], use_cache=False
             ).last_hidden_state
         rows = torch.tensor(step.rows, dtype=torch.long, device=self.device)

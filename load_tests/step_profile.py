@@ -13,7 +13,11 @@ it times `--steps` decode steps (median wall time), then profiles `--profile-ste
 - `python`: wall time not spent inside any torch op (interpreter, module calls, scheduling).
 
 Labels come from forward hooks that this tool adds to the loaded model, so the engine's hot path
-carries no profiling code. Also reported: torch ops per step (operator calls, `aten::` or our
+carries no profiling code. With `--graphs` (the engine's graph mode, `enforce_eager: false`, one
+graph per measured batch size) hooks cannot reach into a captured graph, so operators are
+classed by name instead (`GEMM_OPS`, `ATTENTION_OPS`), and the graph's own generated kernels
+(fused norms, rotary, activations, residual adds; inductor's wrapper code) are `norm_act`.
+Also reported: torch ops per step (operator calls, `aten::` or our
 own, that are not inside another operator call), the count that graph capture and fused ops
 reduce. Profiling adds a few µs to every op, so `profiled_step_ms` exceeds `step_ms_median`;
 read the classes as shares.
@@ -31,7 +35,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -48,6 +52,15 @@ from engine.sampling_params import SamplingParams
 
 CLASSES = ("gemm", "attention", "norm_act", "metadata", "sampling", "other_ops", "python")
 LABEL = "step_profile:"
+GEMM_OPS = frozenset(
+    {"ascend_router::int4_int8_gemm", "aten::mm", "aten::addmm", "aten::_weight_int8pack_mm",
+     "aten::_weight_int4pack_mm_for_cpu", "aten::linear", "aten::matmul"}
+)  # fmt: skip
+"""Operators classed `gemm` by name (graph mode)."""
+ATTENTION_OPS = frozenset(
+    {"ascend_router::paged_decode_attention", "aten::index_copy_", "aten::index_copy"}
+)
+"""Operators classed `attention` by name (graph mode: decode attention and the KV writes)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request")
     p.add_argument("--steps", type=int, default=30, help="timed decode steps per batch size")
     p.add_argument("--profile-steps", type=int, default=10, help="profiled decode steps")
+    p.add_argument(
+        "--graphs", action="store_true", help="graph mode: one captured graph per batch size"
+    )
+    p.add_argument("--cache-dir", help="graph mode: inductor's compile cache")
     return p
 
 
@@ -128,16 +145,27 @@ def _is_op(ev: FunctionEvent) -> bool:
     return "::" in ev.name
 
 
-def _classify(events: list[FunctionEvent]) -> tuple[dict[str, float], int]:
-    """Self CPU µs per class over `events`, and the number of top-level operator calls."""
+def _classify(events: list[FunctionEvent], by_name: bool) -> tuple[dict[str, float], int]:
+    """Self CPU µs per class over `events`, and the number of top-level operator calls.
+
+    Args:
+        by_name: class `GEMM_OPS` and `ATTENTION_OPS` by name, and a labelled range's own time
+            (not inside any operator: a captured graph's generated kernels) as its label.
+    """
     totals: Counter[str] = Counter()
     calls = 0
     for ev in events:
         if not _is_op(ev):
+            if by_name and ev.name.startswith(LABEL):
+                totals[ev.name[len(LABEL) :]] += ev.self_cpu_time_total
             continue
         above = list(_ancestors(ev))
         calls += not any(_is_op(p) for p in above)
         labels = [p.name[len(LABEL) :] for p in above if p.name.startswith(LABEL)]
+        if by_name and ev.name in GEMM_OPS:
+            labels = ["gemm"]
+        elif by_name and ev.name in ATTENTION_OPS:
+            labels = ["attention"]
         totals[labels[0] if labels else "other_ops"] += ev.self_cpu_time_total
     return dict(totals), calls
 
@@ -160,6 +188,9 @@ class Bench:
             num_kv_blocks=max(args.batch_sizes) * -(-max_len // 16) + 8,
             max_model_len=max_len,
             enable_prefix_caching=False,
+            enforce_eager=not args.graphs,
+            graph_batch_sizes=args.batch_sizes,
+            compile_cache_dir=args.cache_dir,
         )
         self.engine = LLMEngine(path, config)
         self.args = args
@@ -195,9 +226,13 @@ def measure(bench: Bench, batch: int) -> dict[str, Any]:
     sample = llm_engine_module.sample
     ModelRunner._metadata = _labelled_function(runner, "metadata")  # type: ignore[method-assign]
     llm_engine_module.sample = _labelled_function(sample, "sampling")
+    model_runner = bench.engine.executor.runner
+    graph = model_runner.graph_decoder
+    if graph is not None:
+        model_runner.graph_decoder = _labelled_function(graph, "norm_act")
     try:
         with (
-            _labelled(bench.engine.executor.model),
+            _labelled(bench.engine.executor.model) if graph is None else nullcontext(),
             profile(activities=[ProfilerActivity.CPU]) as prof,
         ):
             t0 = time.perf_counter()
@@ -207,8 +242,9 @@ def measure(bench: Bench, batch: int) -> dict[str, Any]:
     finally:
         ModelRunner._metadata = runner  # type: ignore[method-assign]
         llm_engine_module.sample = sample
+        model_runner.graph_decoder = graph
     bench.finish()
-    totals, calls = _classify(list(prof.events()))
+    totals, calls = _classify(list(prof.events()), by_name=graph is not None)
     n = args.profile_steps
     per_step = {cls: round(totals.get(cls, 0.0) / n / 1000, 3) for cls in CLASSES[:-1]}
     per_step["python"] = round(max(0.0, wall_us / n / 1000 - sum(per_step.values())), 3)
@@ -237,6 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "batch_invariant",
                 "single_thread_max_tokens",
                 "prompt_len",
+                "graphs",
             )
         },
         "torch": torch.__version__,

@@ -27,10 +27,14 @@ def local_app_args() -> dict[str, Any]:
 def test_app_args() -> dict[str, Any]:
     """configs/local.yaml's args with `batch_invariant: true` for every model, so that a
     request's tokens do not depend on the load (tests compare streamed answers given under
-    concurrency with the same requests answered alone)."""
+    concurrency with the same requests answered alone). Batch invariance excludes captured
+    decode graphs (`enforce_eager: false`, tested on the engine in
+    tests/engine/test_decode_graphs.py), so the models run eager."""
     args = local_app_args()
     for model in args["models"]:
-        model.setdefault("engine", {})["batch_invariant"] = True
+        engine = model.setdefault("engine", {})
+        engine["batch_invariant"] = True
+        engine["enforce_eager"] = True
     return args
 
 

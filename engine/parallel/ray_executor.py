@@ -14,6 +14,7 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
 from engine.parallel.worker import RankWorker
@@ -43,7 +44,7 @@ class RayExecutor:
         dtype: weights dtype.
         rank_num_cpus: CPUs each rank reserves.
         placement_timeout_s: how long to wait for the ranks' resources.
-        enforce_eager: run the decoder op by op on every rank (False: graph mode).
+        graphs: decode steps to run as captured graphs on every rank (None: every step eager).
 
     Raises:
         RuntimeError: the placement group was not placed in time (names the resources asked
@@ -60,7 +61,7 @@ class RayExecutor:
         dtype: torch.dtype,
         rank_num_cpus: float,
         placement_timeout_s: float,
-        enforce_eager: bool = True,
+        graphs: DecodeGraphSpec | None = None,
     ) -> None:
         bundle = rank_bundle(rank_num_cpus)
         self.pg = placement_group([bundle] * world, strategy="STRICT_PACK")
@@ -89,7 +90,7 @@ class RayExecutor:
             port = ray.get(self.workers[0].open_rendezvous.remote(), timeout=placement_timeout_s)
             ray.get([w.join.remote(port) for w in self.workers], timeout=placement_timeout_s)
             loads = [
-                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, enforce_eager)
+                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, graphs)
                 for w in self.workers
             ]
             ray.get(loads, timeout=placement_timeout_s)
@@ -106,6 +107,10 @@ class RayExecutor:
     def allocate_kv(self, num_blocks: int) -> None:
         """See `Executor.allocate_kv`."""
         ray.get([w.allocate_kv.remote(num_blocks) for w in self.workers])
+
+    def capture(self, size: int) -> None:
+        """See `Executor.capture`: every rank captures at once."""
+        ray.get([w.capture.remote(size) for w in self.workers])
 
     def execute(self, step: StepInput) -> torch.Tensor:
         """See `Executor.execute`; raises if any rank fails."""

@@ -8,6 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ModelShard
 from engine.fused_layers import use_fused_layers
 from engine.kv_budget import MemoryProfile
@@ -81,7 +82,7 @@ class RankWorker:
         block_size: int,
         dtype: torch.dtype,
         expert_parallel: bool,
-        enforce_eager: bool = True,
+        graphs: DecodeGraphSpec | None = None,
     ) -> None:
         """Load the checkpoint and keep this rank's shard.
 
@@ -91,14 +92,14 @@ class RankWorker:
             block_size: tokens per block.
             dtype: weights dtype.
             expert_parallel: split MoE experts across ranks instead of each expert's width.
-            enforce_eager: run the decoder op by op (False: graph mode).
+            graphs: decode steps to run as captured graphs (None: every step eager).
         """
         platform = current_platform()
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
         model = load_model(CheckpointRef.from_path(checkpoint), dtype, device, fused_layers=False)
         shard_model(model, model.config, self.rank, self.world, expert_parallel)
         use_fused_layers(model)
-        self.shard = ModelShard(model, spec, block_size, device, enforce_eager)
+        self.shard = ModelShard(model, spec, block_size, device, graphs)
         logger.info(
             "rank %d/%d ready on %s (%s)", self.rank, self.world, device, platform.dist_backend
         )
@@ -110,6 +111,10 @@ class RankWorker:
     def allocate_kv(self, num_blocks: int) -> None:
         """See `ModelShard.allocate_kv` (the same block count on every rank)."""
         self.shard.allocate_kv(num_blocks)
+
+    def capture(self, size: int) -> None:
+        """See `ModelShard.capture` (every rank at once: the graph holds the collectives)."""
+        self.shard.capture(size)
 
     def execute(self, step: StepInput) -> torch.Tensor | None:
         """Run the step on this shard; rank 0 returns the logits (on the CPU), others None."""

@@ -12,6 +12,10 @@
 Compilation needs a C++ compiler and `ninja` and takes ~25 s once per host; the result is cached
 by torch (`TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions`) and re-used by every
 later process, including replacement replicas.
+
+Each operator also gets a fake (meta) implementation (`torch.library.register_fake`) that gives
+its output's shape and dtype without running it, so `torch.compile` (the engine's captured decode
+graphs) keeps it in the graph as one opaque call.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class Kernel:
     source: str
     cpu_flags: tuple[str, ...]
     cflags: tuple[str, ...]
+    op: str
+    """The `ascend_router::` operator the source registers."""
 
 
 INT4_INT8_GEMM = Kernel(
@@ -46,12 +52,14 @@ INT4_INT8_GEMM = Kernel(
     "int4_int8_gemm.cpp",
     (*_BASE_FLAGS, "avx512_vnni"),
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"),
+    "int4_int8_gemm",
 )
 PAGED_DECODE_ATTENTION = Kernel(
     "ascend_router_paged_decode_attention",
     "paged_decode_attention.cpp",
     _BASE_FLAGS,
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"),
+    "paged_decode_attention",
 )
 
 
@@ -98,6 +106,31 @@ def load(kernel: Kernel) -> None:
         extra_ldflags=["-fopenmp"],
         is_python_module=False,
     )
+    torch.library.register_fake(f"ascend_router::{kernel.op}")(_FAKES[kernel.op])
+
+
+def _int4_int8_gemm_fake(
+    x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
+    return x.new_empty(x.shape[0], codes.shape[0] * 16)
+
+
+def _paged_decode_attention_fake(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+
+
+_FAKES = {
+    "int4_int8_gemm": _int4_int8_gemm_fake,
+    "paged_decode_attention": _paged_decode_attention_fake,
+}
+"""Per operator, its output's shape and dtype (float32, as the C++ code returns)."""
 
 
 def int4_int8_gemm(

@@ -12,7 +12,9 @@ reads K/V head `h // (Nq / Nkv)`). The layouts are the ones the Ascend kernels t
   `block_table`, docs/context/torch_npu-npu_incre_flash_attention.md): the cache is
   `[num_blocks, block_size, Nkv, D]` (the engine's `[num_blocks * block_size, Nkv, D]` cache
   viewed by block), the block table is int32 `[B, max_blocks]`, and `seq_lens` holds each
-  sequence's context length on the host, as `actual_seq_lengths` does.
+  sequence's context length, an int32 `[B]` tensor on the host (the engine builds it on the
+  host; Ascend's `actual_seq_lengths` takes it as a list, CPU's kernel as the tensor, and a
+  tensor keeps a captured decode graph free of per-step constants).
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def check_paged_inputs(
     query: torch.Tensor,
     key_cache: torch.Tensor,
     block_table: torch.Tensor,
-    seq_lens: list[int],
+    seq_lens: torch.Tensor,
 ) -> None:
     """Validate decode inputs against each other.
 
@@ -113,6 +115,10 @@ def check_paged_inputs(
         ValueError: block table dtype/shape or `seq_lens` do not fit the batch and cache.
     """
     batch = query.shape[0]
+    if seq_lens.dtype != torch.int32 or seq_lens.dim() != 1:
+        raise ValueError(
+            f"seq_lens must be int32 [batch], got {seq_lens.dtype} {tuple(seq_lens.shape)}"
+        )
     if block_table.dtype != torch.int32 or block_table.dim() != 2:
         raise ValueError(
             f"block_table must be int32 [batch, max_blocks], got {block_table.dtype} "
@@ -124,10 +130,11 @@ def check_paged_inputs(
             f"{len(seq_lens)} entries"
         )
     block_size = key_cache.shape[1]
-    need = -(-max(seq_lens) // block_size) if seq_lens else 0
+    longest = int(seq_lens.max()) if batch else 0
+    need = -(-longest // block_size)
     if need > block_table.shape[1]:
         raise ValueError(
-            f"a sequence of {max(seq_lens)} tokens needs {need} blocks of {block_size}, "
+            f"a sequence of {longest} tokens needs {need} blocks of {block_size}, "
             f"block_table has {block_table.shape[1]} columns"
         )
 
@@ -137,7 +144,7 @@ def paged_decode_attention(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_table: torch.Tensor,
-    seq_lens: list[int],
+    seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """One new token per sequence attending to its whole cached context.
@@ -147,7 +154,8 @@ def paged_decode_attention(
         key_cache: `[num_blocks, block_size, Nkv, D]`, already holding the new tokens' keys.
         value_cache: `[num_blocks, block_size, Nkv, Dv]`.
         block_table: int32 `[B, max_blocks]`; row `b` lists sequence `b`'s blocks in order.
-        seq_lens: context length of each sequence, new token included (host ints).
+        seq_lens: int32 `[B]` on the host, each sequence's context length in tokens, new
+            token included.
         scale: softmax scale.
 
     Returns:
@@ -158,7 +166,7 @@ def paged_decode_attention(
     """
     check_paged_inputs(query, key_cache, block_table, seq_lens)
     outs = []
-    for b, seq_len in enumerate(seq_lens):
+    for b, seq_len in enumerate(seq_lens.tolist()):
         k = gather_context(key_cache, block_table, b, seq_len)
         v = gather_context(value_cache, block_table, b, seq_len)
         outs.append(_attend(query[b : b + 1], k, v, scale, causal_offset=None))

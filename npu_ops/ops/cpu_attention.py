@@ -17,24 +17,29 @@ def paged_decode_attention(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_table: torch.Tensor,
-    seq_lens: list[int],
+    seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """Shapes and semantics as `npu_ops.ops.attention.paged_decode_attention` (float32 or
     bfloat16 caches; scores, softmax and sums in float32).
 
+    Inside a captured graph (`torch.compile`) the inputs are not checked, since reading
+    `seq_lens` on the host would split the graph; the engine builds them and checks them in
+    eager steps.
+
     Raises:
-        ValueError: inconsistent block table or lengths.
+        ValueError: inconsistent block table or lengths (eager calls).
         RuntimeError: the kernel cannot be compiled or loaded on this host.
     """
-    check_paged_inputs(query, key_cache, block_table, seq_lens)
-    load(PAGED_DECODE_ATTENTION)
+    if not torch.compiler.is_compiling():
+        check_paged_inputs(query, key_cache, block_table, seq_lens)
+        load(PAGED_DECODE_ATTENTION)
     out = torch.ops.ascend_router.paged_decode_attention(
         query.float().contiguous(),
         key_cache.contiguous(),
         value_cache.contiguous(),
         block_table.contiguous(),
-        torch.tensor(seq_lens, dtype=torch.int32),
+        seq_lens.contiguous(),
         float(scale),
     )
     return out.to(query.dtype)

@@ -214,7 +214,7 @@ def _decode_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
         _randn(g, *cache, s.k_head_dim, dtype=s.dtype),
         _randn(g, *cache, s.v_head_dim, dtype=s.dtype),
         table,
-        list(s.decode_lens),
+        torch.tensor(s.decode_lens, dtype=torch.int32),
         s.k_head_dim**-0.5,
     )
 

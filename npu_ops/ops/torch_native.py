@@ -76,7 +76,7 @@ def paged_decode_attention(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_table: torch.Tensor,
-    seq_lens: list[int],
+    seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """One batched SDPA over contexts gathered through the block table, padded and masked.
@@ -84,15 +84,17 @@ def paged_decode_attention(
     See `npu_ops.ops.attention.paged_decode_attention` for shapes.
     """
     check_paged_inputs(query, key_cache, block_table, seq_lens)
-    batch, max_len = len(seq_lens), max(seq_lens)
+    lens = seq_lens.tolist()
+    batch, max_len = len(lens), max(lens)
     nkv, dk, dv = key_cache.shape[2], key_cache.shape[3], value_cache.shape[3]
     k = key_cache.new_zeros(batch, max_len, nkv, dk)
     v = value_cache.new_zeros(batch, max_len, nkv, dv)
-    for b, seq_len in enumerate(seq_lens):
+    for b, seq_len in enumerate(lens):
         k[b, :seq_len] = gather_context(key_cache, block_table, b, seq_len)
         v[b, :seq_len] = gather_context(value_cache, block_table, b, seq_len)
-    lens = torch.tensor(seq_lens, device=query.device)
-    mask = (torch.arange(max_len, device=query.device) < lens[:, None])[:, None, None, :]
+    mask = (torch.arange(max_len, device=query.device) < seq_lens.to(query.device)[:, None])[
+        :, None, None, :
+    ]
     out = F.scaled_dot_product_attention(
         query.unsqueeze(2),  # [B, Nq, 1, D]
         k.transpose(1, 2).to(query.dtype),

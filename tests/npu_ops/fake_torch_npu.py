@@ -220,7 +220,7 @@ def npu_incre_flash_attention(
         key.view(cache_shape),
         value.view(cache_shape),
         block_table,
-        actual_seq_lengths,
+        torch.tensor(actual_seq_lengths, dtype=torch.int32),
         scale_value,
     )
     return out.view(batch, 1, hq)

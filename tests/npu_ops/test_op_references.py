@@ -130,7 +130,9 @@ def test_paged_decode_reads_the_cache_through_the_block_table() -> None:
             blk = int(table[b, pos // block])
             k_cache[blk, pos % block], v_cache[blk, pos % block] = kc[pos], vc[pos]
     query = torch.randn(3, 4, 8)
-    got = attention.paged_decode_attention(query, k_cache, v_cache, table, lens, 0.5)
+    got = attention.paged_decode_attention(
+        query, k_cache, v_cache, table, torch.tensor(lens, dtype=torch.int32), 0.5
+    )
     for b, (kc, vc) in enumerate(contexts):
         want = _plain_attention(query[b : b + 1], kc, vc, 0.5, lambda i, j: True)
         torch.testing.assert_close(got[b : b + 1].double(), want, rtol=1e-5, atol=1e-5)
@@ -149,7 +151,9 @@ def test_paged_decode_rejects_bad_tables(
 ) -> None:
     cache = torch.zeros(4, 4, 1, 8)
     with pytest.raises(ValueError, match=message):
-        attention.paged_decode_attention(torch.zeros(2, 1, 8), cache, cache, table, lens, 1.0)
+        attention.paged_decode_attention(
+            torch.zeros(2, 1, 8), cache, cache, table, torch.tensor(lens, dtype=torch.int32), 1.0
+        )
 
 
 def _plain_grouped_topk(

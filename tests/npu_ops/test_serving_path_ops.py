@@ -1,6 +1,6 @@
 """Which torch_npu kernels one engine step of each family calls, with the recording stand-in.
 
-The engine's modules (`engine.fused_layers`, `engine.fused_moe`, `engine.attention`) use the
+The engine's modules (`engine.fused_layers`, `engine.fused_moe`, `engine.model_runner`) use the
 `npu` op table while the recording `torch_npu` stand-in is installed; the stand-in has the
 documented signatures and asserts the documented dtypes and shapes (bfloat16, as on an Atlas
 A2), so a wrong call fails. One prefill step and one decode step of every family must call
@@ -16,9 +16,9 @@ from pathlib import Path
 import fake_torch_npu_util
 import pytest
 
-import engine.attention
 import engine.fused_layers
 import engine.fused_moe
+import engine.model_runner
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -61,7 +61,7 @@ def test_prefill_and_decode_call_the_familys_npu_kernels(
     npu = REGISTRY.select("npu")
     monkeypatch.setattr(engine.fused_layers, "active_ops", lambda: npu)
     monkeypatch.setattr(engine.fused_moe, "active_ops", lambda: npu)
-    monkeypatch.setattr(engine.attention, "active_ops", lambda: npu)
+    monkeypatch.setattr(engine.model_runner, "active_ops", lambda: npu)
     path = make_tiny_checkpoint(family, tmp_path / family, real_vocab=False, seed=1)
     config = EngineConfig(dtype="bfloat16", num_kv_blocks=8, block_size=16, max_model_len=64)
     eng = LLMEngine(str(path), config)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+from conftest import test_app_args
 from ray import serve
 
 from configs.model_config import RouterAppConfig
@@ -23,12 +23,12 @@ FAST = "smollm2-fast"
 """The short-context model of configs/local.yaml."""
 CASES = Path(__file__).resolve().parents[1] / "data"
 """Real-world cases (copied from the team's shared/cases/ so that a plain clone runs them)."""
-LOCAL_YAML = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
 
 
 def local_args() -> dict[str, Any]:
-    """The `args` of configs/local.yaml (a fresh copy to modify)."""
-    return yaml.safe_load(LOCAL_YAML.read_text())["applications"][0]["args"]
+    """The `args` of configs/local.yaml as the test session serves them (`test_app_args`), a
+    fresh copy to modify."""
+    return test_app_args()
 
 
 @contextmanager

@@ -70,7 +70,7 @@ def paged_decode_attention(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_table: torch.Tensor,
-    seq_lens: list[int],
+    seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """Page-attention decode in the `BSH` layout; shapes as the reference's."""
@@ -85,7 +85,7 @@ def paged_decode_attention(
         query.reshape(batch, 1, num_heads * head_dim),
         key_cache.view(num_blocks, block_size, num_kv_heads * head_dim),
         value_cache.view(num_blocks, block_size, num_kv_heads * head_dim),
-        actual_seq_lengths=list(seq_lens),
+        actual_seq_lengths=seq_lens.tolist(),
         block_table=block_table,
         num_heads=num_heads,
         num_key_value_heads=num_kv_heads,
