@@ -135,6 +135,9 @@ class EngineConfig(BaseModel):
             "`int8`: CPU keeps a per-channel int8 copy of the output projection (lm_head) and "
             "uses it for steps whose head input has at most 4 rows (SmolLM2, bfloat16: 3.0 -> "
             "1.7 ms on two threads, 6.0 -> 3.4 ms on one); larger steps use the float weight. "
+            "With activation_quantization: int8 on an x86 CPU with AVX512-VNNI the head's input "
+            "is quantised to int8 per 32 values too (Q8_0, as llama.cpp does) and the copy runs "
+            "on our int8 x int8 kernel at every step size (batch 1, one thread: 3.6 -> 0.6 ms). "
             "Costs the copy's bytes (vocab x hidden) and moves logits by the int8 rounding, so "
             "greedy output can differ from `none`; see engine/quantization/int8_head.py."
         ),

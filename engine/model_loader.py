@@ -31,7 +31,7 @@ from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
-from npu_ops.cpu_kernels import INT4_INT8_GEMM, load, unavailable
+from npu_ops.cpu_kernels import INT4_INT8_GEMM, INT8_INT8_GEMM, Kernel, load, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def load_model(
     if fused_layers:
         use_fused_layers(model)  # before int4: merged projections are quantised as one layer
     if weight_quantization == "int4":
-        int8 = activation_quantization == "int8" and _int4_int8_kernel(device)
+        int8 = activation_quantization == "int8" and _cpu_kernel(device, INT4_INT8_GEMM)
         replaced = quantize_linears_int4(
             model, device, batch_invariant=batch_invariant, int8_activations=int8
         )
@@ -236,9 +236,15 @@ def load_model(
             "int8 (int4_int8_gemm)" if int8 else "float",
         )
     if output_quantization == "int8" and device.type == "cpu":
-        max_rows = None if batch_invariant else INT8_MAX_ROWS
-        model.set_output_embeddings(Int8CopyOutputHead(model.get_output_embeddings(), max_rows))
-        logger.info("output projection: int8 copy for steps of %s rows", max_rows or "all")
+        vnni = activation_quantization == "int8" and _cpu_kernel(device, INT8_INT8_GEMM)
+        max_rows = None if batch_invariant or vnni else INT8_MAX_ROWS
+        head = Int8CopyOutputHead(model.get_output_embeddings(), max_rows, int8_activations=vnni)
+        model.set_output_embeddings(head)
+        logger.info(
+            "output projection: int8 copy for steps of %s rows, activations %s",
+            max_rows or "all",
+            "int8 (int8_int8_gemm)" if vnni else "float",
+        )
     if exact_first:
         model.to(dtype=dtype)  # float32 so far; the int4/int8 codes are not floating point
     model.to(device).eval()
@@ -247,13 +253,17 @@ def load_model(
     return model
 
 
-def _int4_int8_kernel(device: torch.device) -> bool:
-    """Load `int4_int8_gemm` for a CPU model; False (logged) where it cannot run."""
-    reason = "the model is not on the CPU" if device.type != "cpu" else unavailable(INT4_INT8_GEMM)
+def _cpu_kernel(device: torch.device, kernel: Kernel) -> bool:
+    """Load `kernel` for a CPU model; False (logged) where it cannot run."""
+    reason = "the model is not on the CPU" if device.type != "cpu" else unavailable(kernel)
     if reason is not None:
-        logger.warning("activation_quantization int8 ignored: %s; torch's int4 kernel runs", reason)
+        logger.warning(
+            "activation_quantization int8 ignored for %s: %s; torch's kernel runs",
+            kernel.op,
+            reason,
+        )
         return False
-    load(INT4_INT8_GEMM)
+    load(kernel)
     return True
 
 

@@ -8,34 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from app_args import served_app_args
 
-REPO = Path(__file__).resolve().parents[1]
 SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
-
-
-def local_app_args() -> dict[str, Any]:
-    """The `args` of the application in configs/local.yaml."""
-    cfg = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
-    return cfg["applications"][0]["args"]
-
-
-def test_app_args() -> dict[str, Any]:
-    """configs/local.yaml's args with `batch_invariant: true` for every model, so that a
-    request's tokens do not depend on the load (tests compare streamed answers given under
-    concurrency with the same requests answered alone). Batch invariance excludes captured
-    decode graphs (`enforce_eager: false`, tested on the engine in
-    tests/engine/test_decode_graphs.py), so the models run eager."""
-    args = local_app_args()
-    for model in args["models"]:
-        engine = model.setdefault("engine", {})
-        engine["batch_invariant"] = True
-        engine["enforce_eager"] = True
-    return args
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +53,7 @@ def serve_url(ray_session: None) -> Iterator[str]:
     from router.app import APP_NAME, build_app
 
     serve.start(http_options={"host": "127.0.0.1", "port": SERVE_PORT})
-    serve.run(build_app(test_app_args()), name=APP_NAME, route_prefix="/")
+    serve.run(build_app(served_app_args()), name=APP_NAME, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{SERVE_PORT}"
     finally:

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include "gil.h"
+#include "q8_0.h"
 
 #include <algorithm>
 #include <array>
@@ -75,17 +76,7 @@ torch::Tensor int4_int8_gemm(torch::Tensor x, torch::Tensor codes, torch::Tensor
   int8_t* qp = qx.data_ptr<int8_t>();
   float* sp = sx.data_ptr<float>();
   float* up = sumx.data_ptr<float>();
-  for (int64_t r = 0; r < M * G; ++r) {  // per row and block of 32: symmetric int8 (ggml Q8_0)
-    const __m512 a = _mm512_loadu_ps(xp + r * 32), b = _mm512_loadu_ps(xp + r * 32 + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-    const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
-    const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(inv)));
-    const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(inv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qp + r * 32), _mm512_cvtsepi32_epi8(qa));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qp + r * 32 + 16), _mm512_cvtsepi32_epi8(qb));
-    sp[r] = d;
-    up[r] = d * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
-  }
+  quantize_q8_0(xp, M, K, qp, sp, up);
   auto out = torch::empty({M, N}, x.options());
   const MaybeReleaseGil no_gil;
   static constexpr auto fns = tiles(std::make_integer_sequence<int, kRows>{});

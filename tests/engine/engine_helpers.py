@@ -1,4 +1,5 @@
-"""Helpers for engine tests: run an engine dry, greedy parameters, HF reference tokens."""
+"""Helpers for engine tests: run an engine dry, greedy parameters, HF reference tokens, the
+CPU kernels' activation rounding."""
 
 from __future__ import annotations
 
@@ -58,3 +59,12 @@ def assert_same_until_tie(
             assert gap < 1e-4, f"token {i}: engine {a} != transformers {b} (top-2 gap {gap})"
             return
     assert len(ours) == len(ref)
+
+
+def q8_activations(x: torch.Tensor) -> torch.Tensor:
+    """`[M, K]` float32 rounded as our CPU kernels quantise activations: int8 per 32 values,
+    scale max|x| / 127 (ggml Q8_0, `npu_ops/cpu_kernels/q8_0.h`)."""
+    blocks = x.view(x.shape[0], -1, 32)
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    q = torch.round(blocks / torch.where(d > 0, d, torch.ones_like(d))).clamp(-127, 127)
+    return (q * d).view_as(x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_helpers import q8_activations
 from torch import nn
 
 from engine.forward_context import ForwardContext, forward_context
@@ -21,14 +22,6 @@ def kernel() -> None:
     load(INT4_INT8_GEMM)
 
 
-def _q8_activations(x: torch.Tensor) -> torch.Tensor:
-    """x rounded as the kernel quantises it: int8 per 32 values, scale max|x| / 127 (Q8_0)."""
-    blocks = x.view(x.shape[0], -1, 32)
-    d = blocks.abs().amax(-1, keepdim=True) / 127
-    q = torch.round(blocks / torch.where(d > 0, d, torch.ones_like(d))).clamp(-127, 127)
-    return (q * d).view_as(x)
-
-
 def _weights(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     torch.manual_seed(5)
     codes, scales, zeros = quantize_int4(torch.randn(n, k) * 0.05)
@@ -41,7 +34,7 @@ def test_kernel_equals_the_q8_activation_product(rows: int) -> None:
     codes, scales, offsets, w = _weights(96, 128)
     x = torch.randn(rows, 128)
     got = int4_int8_gemm(x, pack_int4_codes(codes), scales, offsets)
-    expect = _q8_activations(x) @ w.t()
+    expect = q8_activations(x) @ w.t()
     torch.testing.assert_close(got, expect, atol=1e-4, rtol=1e-4)
     # and the activation rounding stays within what Q8_0 promises (half a step per value)
     assert float((got - x @ w.t()).abs().max()) < 0.02 * float((x @ w.t()).abs().max())

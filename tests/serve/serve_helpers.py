@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import test_app_args
+from app_args import served_app_args
 from ray import serve
 
 from configs.model_config import RouterAppConfig
@@ -26,9 +26,9 @@ CASES = Path(__file__).resolve().parents[1] / "data"
 
 
 def local_args() -> dict[str, Any]:
-    """The `args` of configs/local.yaml as the test session serves them (`test_app_args`), a
+    """The `args` of configs/local.yaml as the test session serves them (`served_app_args`), a
     fresh copy to modify."""
-    return test_app_args()
+    return served_app_args()
 
 
 @contextmanager
