@@ -83,7 +83,7 @@ class EngineConfig(BaseModel):
             "start-up (torch.compile/inductor on CPU, needing a C++ compiler; CUDA graphs, needing "
             "triton; torchair's ACL graphs on Ascend, needing the `torchair` package, else "
             "start-up fails naming it); prefill and mixed steps run eager. SmolLM2 bf16 + int4 "
-            "on 2 CPU cores: decode step 17.3 -> 10.3 ms at batch 1, 33.3 -> 23.8 ms at 16 "
+            "on 2 CPU cores: decode step 15.7 -> 8.4 ms at batch 1, 30.9 -> 20.9 ms at 16 "
             "(load_tests/graph_mode.py). Excludes batch_invariant: true."
         ),
     )

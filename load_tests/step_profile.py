@@ -53,8 +53,9 @@ from engine.sampling_params import SamplingParams
 CLASSES = ("gemm", "attention", "norm_act", "metadata", "sampling", "other_ops", "python")
 LABEL = "step_profile:"
 GEMM_OPS = frozenset(
-    {"ascend_router::int4_int8_gemm", "aten::mm", "aten::addmm", "aten::_weight_int8pack_mm",
-     "aten::_weight_int4pack_mm_for_cpu", "aten::linear", "aten::matmul"}
+    {"ascend_router::int4_int8_gemm", "ascend_router::int8_int8_gemm", "aten::mm", "aten::addmm",
+     "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu", "aten::linear",
+     "aten::matmul"}
 )  # fmt: skip
 """Operators classed `gemm` by name (graph mode)."""
 ATTENTION_OPS = frozenset(

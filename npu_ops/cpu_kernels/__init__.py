@@ -41,37 +41,32 @@ _BASE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 @dataclass(frozen=True)
 class Kernel:
-    """One C++ source, the CPU flags it needs and the compiler flags it is built with."""
+    """One C++ source, `<op>.cpp`, registering operator `ascend_router::<op>`, and the CPU flags
+    it needs (it is compiled with the matching `-m` flags)."""
 
-    name: str
-    source: str
-    cpu_flags: tuple[str, ...]
-    cflags: tuple[str, ...]
     op: str
-    """The `ascend_router::` operator the source registers."""
+    cpu_flags: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The extension's module name (torch's cache directory)."""
+        return f"ascend_router_{self.op}"
+
+    @property
+    def source(self) -> str:
+        """The C++ file, next to this module."""
+        return f"{self.op}.cpp"
+
+    @property
+    def cflags(self) -> tuple[str, ...]:
+        """`-mavx512f` ... for the CPU flags (`avx512_vnni` -> `-mavx512vnni`)."""
+        return tuple("-m" + flag.replace("_", "") for flag in self.cpu_flags)
 
 
-INT4_INT8_GEMM = Kernel(
-    "ascend_router_int4_int8_gemm",
-    "int4_int8_gemm.cpp",
-    (*_BASE_FLAGS, "avx512_vnni"),
-    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"),
-    "int4_int8_gemm",
-)
-INT8_INT8_GEMM = Kernel(
-    "ascend_router_int8_int8_gemm",
-    "int8_int8_gemm.cpp",
-    (*_BASE_FLAGS, "avx512_vnni"),
-    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"),
-    "int8_int8_gemm",
-)
-PAGED_DECODE_ATTENTION = Kernel(
-    "ascend_router_paged_decode_attention",
-    "paged_decode_attention.cpp",
-    _BASE_FLAGS,
-    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"),
-    "paged_decode_attention",
-)
+_VNNI_FLAGS = (*_BASE_FLAGS, "avx512_vnni")
+INT4_INT8_GEMM = Kernel("int4_int8_gemm", _VNNI_FLAGS)
+INT8_INT8_GEMM = Kernel("int8_int8_gemm", _VNNI_FLAGS)
+PAGED_DECODE_ATTENTION = Kernel("paged_decode_attention", _BASE_FLAGS)
 
 
 def cpu_flags() -> frozenset[str]:

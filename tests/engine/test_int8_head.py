@@ -3,12 +3,14 @@ accuracy against the float head, and what the loader does with it."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from engine.model_loader import CheckpointRef, load_model
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
+from npu_ops.cpu_kernels import INT8_INT8_GEMM, unavailable
 
 
 def _head(max_rows: int | None = INT8_MAX_ROWS) -> tuple[torch.Tensor, Int8CopyOutputHead]:
@@ -38,7 +40,11 @@ def test_batch_invariant_head_uses_the_int8_copy_at_every_size() -> None:
         assert torch.equal(head(x[row : row + 1])[0], batch[row])
 
 
-def test_loader_adds_the_copy_to_the_tied_head(smollm2_path: str) -> None:
+@pytest.mark.parametrize("activations", ["none", "int8"])
+def test_loader_adds_the_copy_to_the_tied_head(smollm2_path: str, activations: str) -> None:
+    vnni = activations == "int8"
+    if vnni and unavailable(INT8_INT8_GEMM) is not None:
+        pytest.skip(f"int8_int8_gemm: {unavailable(INT8_INT8_GEMM)}")
     model = load_model(
         CheckpointRef.from_path(smollm2_path),
         torch.bfloat16,
@@ -46,9 +52,15 @@ def test_loader_adds_the_copy_to_the_tied_head(smollm2_path: str) -> None:
         weight_quantization="int4",
         output_quantization="int8",
         batch_invariant=False,
+        activation_quantization=activations,
     )
     head = model.get_output_embeddings()
-    assert isinstance(head, Int8CopyOutputHead) and head.max_rows == INT8_MAX_ROWS
-    assert head.codes.dtype == torch.int8 and head.scales.dtype == torch.bfloat16
+    assert isinstance(head, Int8CopyOutputHead) and head.int8_activations == vnni
+    if vnni:  # the kernel beats the float head at every size: it serves every step
+        assert head.max_rows is None and head.codes.dtype == torch.uint8
+        assert head.int8_scales.dtype == torch.float32
+    else:
+        assert head.max_rows == INT8_MAX_ROWS and head.codes.dtype == torch.int8
+        assert head.scales.dtype == torch.bfloat16
     embed = model.get_input_embeddings().weight
     assert head.weight.data_ptr() == embed.data_ptr()  # still tied: no second float copy

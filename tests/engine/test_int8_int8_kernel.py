@@ -1,6 +1,6 @@
 """The int8 x int8 CPU kernel of the output layer (`output_quantization: int8` with
 `activation_quantization: int8`): exact against its own arithmetic spelled out in torch, batch
-invariant, and what the loader wires into SmolLM2's tied head."""
+invariant, and run by the head (tests/engine/test_int8_head.py: what the loader wires in)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 from engine_helpers import q8_activations
 from torch import nn
 
-from engine.model_loader import CheckpointRef, load_model
 from engine.quantization.int8_head import Int8CopyOutputHead
 from npu_ops.cpu_kernels import INT8_INT8_GEMM, int8_int8_gemm, load, pack_int8_codes, unavailable
 
@@ -67,21 +66,3 @@ def test_head_runs_small_steps_on_the_kernel() -> None:
     assert torch.equal(head(x), expect)
     exact = x.float() @ weight.t()
     assert float((head(x).float() - exact).abs().max()) < 0.05 * float(exact.abs().max())
-
-
-def test_loader_uses_the_kernel_with_int8_activations(smollm2_path: str) -> None:
-    model = load_model(
-        CheckpointRef.from_path(smollm2_path),
-        torch.bfloat16,
-        torch.device("cpu"),
-        weight_quantization="int4",
-        output_quantization="int8",
-        batch_invariant=False,
-        activation_quantization="int8",
-    )
-    head = model.get_output_embeddings()
-    assert isinstance(head, Int8CopyOutputHead) and head.int8_activations
-    assert head.max_rows is None  # faster than the float head at every size: used for all
-    assert head.codes.dtype == torch.uint8 and head.int8_scales.dtype == torch.float32
-    embed = model.get_input_embeddings().weight
-    assert head.weight.data_ptr() == embed.data_ptr()  # still tied: no second float copy
