@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from engine.attention import AttentionMetadata
 from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
@@ -64,8 +65,10 @@ class ModelRunner:
         starts = torch.tensor(step.starts)
         q_lens = torch.tensor(step.q_lens)
         ctx_lens = starts + q_lens
-        max_blocks = table_width or max(len(t) for t in step.block_tables)
-        tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in step.block_tables])
+        longest = max(len(t) for t in step.block_tables)
+        tables = torch.tensor([t + [0] * (longest - len(t)) for t in step.block_tables])
+        if table_width is not None:  # a graph step: its fixed width, padded as a tensor
+            tables = F.pad(tables, (0, table_width - longest))
         seq_idx = torch.arange(len(step.starts))
         q_seq = torch.repeat_interleave(seq_idx, q_lens)
         q_first = torch.cumsum(q_lens, 0) - q_lens
@@ -74,8 +77,10 @@ class ModelRunner:
 
         # decode: one new token per sequence, each over its own whole blocks (padding masked)
         dec = seq_idx[q_lens == 1]
-        dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
-        dec_blocks = table_width or dec_blocks
+        if table_width is not None:
+            dec_blocks = table_width
+        else:
+            dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
         dec_tables = tables[dec, :dec_blocks]
         # prefill chunks: a padded batch of chunks, each causal over its own whole blocks
         pre = seq_idx[q_lens > 1]

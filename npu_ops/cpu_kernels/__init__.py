@@ -115,15 +115,8 @@ def load(kernel: Kernel) -> None:
     torch.library.register_fake(f"ascend_router::{kernel.op}")(_FAKES[kernel.op])
 
 
-def _int4_int8_gemm_fake(
-    x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor
-) -> torch.Tensor:
-    return x.new_empty(x.shape[0], codes.shape[0] * 16)
-
-
-def _int8_int8_gemm_fake(
-    x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor
-) -> torch.Tensor:
+def _packed_gemm_fake(x: torch.Tensor, codes: torch.Tensor, *scales: torch.Tensor) -> torch.Tensor:
+    """Both GEMMs: `[M, K]` times codes packed in 16-channel blocks -> `[M, N]`."""
     return x.new_empty(x.shape[0], codes.shape[0] * 16)
 
 
@@ -139,8 +132,8 @@ def _paged_decode_attention_fake(
 
 
 _FAKES = {
-    "int4_int8_gemm": _int4_int8_gemm_fake,
-    "int8_int8_gemm": _int8_int8_gemm_fake,
+    "int4_int8_gemm": _packed_gemm_fake,
+    "int8_int8_gemm": _packed_gemm_fake,
     "paged_decode_attention": _paged_decode_attention_fake,
 }
 """Per operator, its output's shape and dtype (float32, as the C++ code returns)."""

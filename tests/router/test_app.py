@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from app_args import local_app_args
 from pydantic import ValidationError
 
 from configs.model_config import UNKNOWN_CONTEXT, DeploymentOptions, RouterAppConfig
@@ -14,20 +13,14 @@ from router.app import build_app
 from router.auth import authorized
 from router.load import LoadTracker, ModelLimits
 
-LOCAL = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
-
-
-def local_args() -> dict[str, Any]:
-    return yaml.safe_load(LOCAL.read_text())["applications"][0]["args"]
-
 
 def with_policy(**policy: Any) -> dict[str, Any]:
     auto = {"auto": ["smollm2-long", "smollm2-fast"]}
-    return {**local_args(), "policy": {"aliases": auto, **policy}}
+    return {**local_app_args(), "policy": {"aliases": auto, **policy}}
 
 
 def test_local_capabilities_come_from_the_model_configs() -> None:
-    config = RouterAppConfig.model_validate(local_args())
+    config = RouterAppConfig.model_validate(local_app_args())
     caps = config.capabilities()
     assert (caps["smollm2-fast"].context_length, caps["smollm2-fast"].supports_tools) == (
         2048,
@@ -41,7 +34,7 @@ def test_local_capabilities_come_from_the_model_configs() -> None:
 
 
 def test_context_without_max_model_len_is_learned() -> None:
-    args = local_args()
+    args = local_app_args()
     del args["models"][0]["engine"]["max_model_len"]
     config = RouterAppConfig.model_validate(args)
     assert config.capabilities()["smollm2-fast"].context_length == UNKNOWN_CONTEXT
@@ -49,7 +42,7 @@ def test_context_without_max_model_len_is_learned() -> None:
 
 
 def test_no_policy_routes_auto_to_the_default_model() -> None:
-    args = {k: v for k, v in local_args().items() if k != "policy"}
+    args = {k: v for k, v in local_app_args().items() if k != "policy"}
     config = RouterAppConfig.model_validate({**args, "default_model": "smollm2-fast"})
     assert config.routing_policy().fallback_targets() == ["smollm2-fast"]
     assert config.default == "smollm2-fast"
@@ -68,7 +61,7 @@ BAD_POLICIES = [
     (with_policy(rules=[{"name": "r", "targets": ["smollm2-long"]},
                         {"name": "r2", "when": {"stream": True}, "targets": ["smollm2-long"]}]),
      r"rule 'r2' is unreachable"),
-    ({**local_args(), "default_model": "smollm2-fast"}, "give default_model or policy"),
+    ({**local_app_args(), "default_model": "smollm2-fast"}, "give default_model or policy"),
     (with_policy(aliases={"auto": ["smollm2-long"], "smollm2-fast": ["smollm2-long"]}),
      "same name as a served model"),
 ]
@@ -82,7 +75,7 @@ def test_bad_policy_fails_in_build_app_naming_it(args: dict[str, Any], message: 
 
 
 def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = local_args()
+    args = local_app_args()
     args["models"][1]["deployment"] = {
         "autoscaling_config": {"min_replicas": 1, "max_replicas": 3},
         "max_ongoing_requests": 7,
@@ -109,7 +102,7 @@ def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None
 def test_configured_api_keys_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASCEND_ROUTER_API_KEYS", "from-env")
     config_arg, _ = build_app(
-        {**local_args(), "api_keys": ["from-yaml"]}
+        {**local_app_args(), "api_keys": ["from-yaml"]}
     )._bound_deployment.init_args
     assert config_arg["api_keys"] == ["from-yaml"]
 
