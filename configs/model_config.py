@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
+from configs.preprocessing import Preprocessing
+from configs.rate_limits import RateLimits
 from configs.request_limits import RequestLimits
 from router.policy.config import ModelCapabilities, PolicyConfig
 
@@ -209,6 +211,16 @@ class RouterAppConfig(BaseModel):
     retry_after_s: int = Field(
         1, ge=1, description="`Retry-After` seconds of the 429 answered when all are saturated."
     )
+    preprocessing: Preprocessing = Field(
+        default_factory=Preprocessing,
+        description="Prompt preprocessing per alias, model or tenant: system-prompt injection, "
+        "whitespace compaction, truncation (`configs.preprocessing`).",
+    )
+    rate_limits: RateLimits = Field(
+        default_factory=RateLimits,
+        description="Requests and tokens per minute per API key and per tenant; over a limit "
+        "the answer is 429 with `Retry-After` (`configs.rate_limits`).",
+    )
     router_deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 0.1}),
         description="Options of the router (ingress) deployment.",
@@ -227,7 +239,9 @@ class RouterAppConfig(BaseModel):
                 "give default_model or policy, not both: with a policy, requests that omit "
                 "`model` go to policy.aliases.auto / policy.default_targets"
             )
-        self.routing_policy().validate_against(self.capabilities())
+        policy = self.routing_policy()
+        policy.validate_against(self.capabilities())
+        self.preprocessing.check_names(ids, policy.alias_names())
         return self
 
     def routing_policy(self) -> PolicyConfig:

@@ -18,8 +18,10 @@ from deployments.choices import (
 )
 from deployments.logprobs import chat_logprobs
 from deployments.preparation import Preparer
+from deployments.preprocess import run_plan
 from deployments.prompts import encode_text, sampling_params
 from deployments.protocol.errors import OpenAIError
+from deployments.protocol.preprocess import PreprocessPlan, PreprocessReport
 from deployments.protocol.requests import ChatCompletionRequest
 from deployments.protocol.responses import (
     AssistantMessage,
@@ -57,12 +59,13 @@ class ChatSettings:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """A chat request made ready for the engine: tool parsing setup, prompt tokens, and one
-    `SamplingParams` per choice."""
+    """A chat request made ready for the engine: tool parsing setup, prompt tokens, one
+    `SamplingParams` per choice, and what gateway preprocessing did."""
 
     setup: ToolSetup | None
     prompt: list[int]
     params: list[SamplingParams]
+    report: PreprocessReport | None
 
 
 class ChatHandler:
@@ -93,8 +96,9 @@ class ChatHandler:
         self.grammars = grammars
         self.settings = settings
 
-    def _prepare(self, request: ChatCompletionRequest) -> _Prepared:
-        """Template, tokens, grammar and sampling parameters (CPU work, off the event loop).
+    def _prepare(self, request: ChatCompletionRequest, plan: PreprocessPlan | None) -> _Prepared:
+        """Template, tokens (truncated if `plan` says so), grammar and sampling parameters (CPU
+        work, off the event loop).
 
         Raises:
             OpenAIError: 400 for what this model cannot serve: tools without a `tool_parser`
@@ -113,8 +117,23 @@ class ChatHandler:
         messages = normalize_history(request.messages, self.settings.strict_tool_history)
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
-        text = self.template.render(messages, tools)
-        prompt = encode_text(self.tokenizer, text, "messages")
+
+        def encode(kept: list[dict[str, Any]]) -> tuple[str, list[int]]:
+            text = self.template.render(kept, tools)
+            return text, encode_text(self.tokenizer, text, "messages")
+
+        report = None
+        if plan is None:
+            text, prompt = encode(messages)
+        else:
+            text, prompt, report = run_plan(
+                plan,
+                messages,
+                encode,
+                lambda t: len(encode_text(self.tokenizer, t, "messages")),
+                self.engine.max_model_len,
+                request.output_limit(),
+            )
         schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
         param = "tools"
         if schema is None:
@@ -140,31 +159,34 @@ class ChatHandler:
             )
             for i in range(request.n or 1)
         ]
-        return _Prepared(setup, prompt, params)
+        return _Prepared(setup, prompt, params, report)
 
     async def _start(
-        self, request: ChatCompletionRequest
-    ) -> tuple[ToolSetup | None, AsyncIterator[ChoiceDelta]]:
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None
+    ) -> tuple[_Prepared, AsyncIterator[ChoiceDelta]]:
         """Prepare the request, queue its choices in the engine and wait for the first delta
         (raises OpenAIError before any output: a streamed answer starts only once the engine
         holds the request and has run its first step)."""
-        prep = await self.preparer.run(lambda: self._prepare(request))
+        prep = await self.preparer.run(lambda: self._prepare(request, plan))
         streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params])
         stops = request.stop_list()
         merged = merge_choices(
             [run_choice(s, self.tokenizer, i, prep.prompt, stops) for i, s in enumerate(streams)]
         )
-        return prep.setup, await first_then_rest(merged)
+        return prep, await first_then_rest(merged)
 
-    async def complete(self, request: ChatCompletionRequest) -> ChatCompletion:
-        """Non-streamed completion: the streamed deltas, accumulated."""
+    async def complete(
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None = None
+    ) -> ChatCompletion:
+        """Non-streamed completion: the streamed deltas, accumulated; `plan`: the router's
+        preprocessing plan, whose report rides on the response."""
         n = request.n or 1
         deltas: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         lps: list[list[Any]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         usage = Usage.of(0, 0)
-        setup, choices_in = await self._start(request)
-        async for chunk in self._chunks(request, setup, choices_in, usage_chunk=True):
+        prep, choices_in = await self._start(request, plan)
+        async for chunk in self._chunks(request, prep, choices_in, usage_chunk=True):
             if chunk.usage is not None:
                 usage = chunk.usage
             for c in chunk.choices:
@@ -189,24 +211,29 @@ class ChatHandler:
                     finish_reason=reasons[i],
                 )
             )
-        return ChatCompletion(
+        response = ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=self.settings.model_id,
             choices=choices,
             usage=usage,
         )
+        response.with_preprocess_report(prep.report)
+        return response
 
-    async def stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+    async def stream(
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None = None
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """Streamed completion, returned once the engine holds the request; errors (a bad
-        request, an engine that is not running) raise here, before the first chunk."""
+        request, an engine that is not running) raise here, before the first chunk. The
+        preprocessing report of `plan` rides on the first chunk."""
         include = bool(request.stream_options and request.stream_options.include_usage)
-        return self._chunks(request, *(await self._start(request)), usage_chunk=include)
+        return self._chunks(request, *(await self._start(request, plan)), usage_chunk=include)
 
     async def _chunks(
         self,
         request: ChatCompletionRequest,
-        setup: ToolSetup | None,
+        prep: _Prepared,
         choices: AsyncIterator[ChoiceDelta],
         usage_chunk: bool,
     ) -> AsyncIterator[ChatCompletionChunk]:
@@ -219,12 +246,14 @@ class ChatHandler:
             )
 
         n = request.n or 1
-        yield chunk(
+        setup = prep.setup
+        first = chunk(
             [
                 ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
                 for i in range(n)
             ]
         )
+        yield first.with_preprocess_report(prep.report)
         outputs: list[ToolOutput | None] = [setup.output() if setup else None for _ in range(n)]
         counts = [0] * n
         prompt_tokens = 0

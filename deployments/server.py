@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -28,6 +29,7 @@ from deployments.protocol.errors import (
     engine_unavailable,
     internal_error,
 )
+from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request, wants_stream
@@ -143,12 +145,20 @@ class ModelServer:
             err = internal_error(rid, self.where).response()
         return _single(err) if wants_stream(request) else err
 
-    async def chat(self, request: ChatCompletionRequest | dict[str, Any], sse: bool = False) -> Any:
+    async def chat(
+        self,
+        request: ChatCompletionRequest | dict[str, Any],
+        sse: bool = False,
+        preprocess: PreprocessPlan | None = None,
+    ) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
         `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
-        (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models."""
+        (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models.
+        `preprocess`: the router's preprocessing plan (truncation; its report rides on the
+        response or first chunk)."""
         h = self.chat_handler
-        return await self._serve(request, ChatCompletionRequest, h.complete, h.stream, sse)
+        complete, stream = partial(h.complete, plan=preprocess), partial(h.stream, plan=preprocess)
+        return await self._serve(request, ChatCompletionRequest, complete, stream, sse)
 
     async def completions(
         self, request: CompletionRequest | dict[str, Any], sse: bool = False

@@ -18,9 +18,14 @@ def authorized(authorization: str | None, keys: Sequence[str]) -> bool:
     """
     if not keys:
         return True
-    scheme, _, token = (authorization or "").partition(" ")
-    presented = token.strip().encode()
+    presented = (bearer_key(authorization) or "").encode()
     matched = False
     for key in keys:
         matched |= hmac.compare_digest(presented, key.encode())
-    return scheme.lower() == "bearer" and bool(presented) and matched
+    return bool(presented) and matched
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header value; None for any other value."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

@@ -13,6 +13,7 @@ was saturated, else 503.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,7 @@ from deployments.protocol.errors import (
     ErrorResponse,
     internal_error,
 )
+from deployments.protocol.preprocess import PREPROCESS_HEADER, PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
 from router.http_errors import saturated_error, unavailable_error
 from router.metrics import RouterMetrics
@@ -32,6 +34,10 @@ from router.policy import Decision
 
 Delivery = Literal["unary", "chunks", "sse"]
 """How a model's answer comes back: one response, typed stream chunks, or relayed SSE bytes."""
+
+Prepare = Callable[[str, bool], tuple[BaseModel, PreprocessPlan | None]]
+"""(model, fit_context) -> the request to send that model and the replica's preprocessing plan;
+`fit_context`: no later candidate has a longer context, so truncation may fit this one's."""
 
 MODEL_HEADER = "x-ascend-router-model"
 RULE_HEADER = "x-ascend-router-rule"
@@ -50,6 +56,7 @@ class Routed:
         fallback: Models tried before `model`, in order.
         result: The response or `ErrorResponse` (non-streamed), or the started stream.
         retry_after_s: `Retry-After` seconds, for a 429.
+        preprocess: What gateway preprocessing did to the request `model` answered.
     """
 
     model: str
@@ -58,6 +65,7 @@ class Routed:
     fallback: tuple[str, ...]
     result: BaseModel | ModelStream
     retry_after_s: int | None = None
+    preprocess: PreprocessReport | None = None
 
     @property
     def status(self) -> int:
@@ -66,7 +74,7 @@ class Routed:
         return first.status_code if isinstance(first, ErrorResponse) else 200
 
     def headers(self) -> dict[str, str]:
-        """The decision headers (and `Retry-After` for a 429)."""
+        """The decision headers, `Retry-After` for a 429, and the preprocessing header."""
         headers = {
             MODEL_HEADER: self.model,
             RULE_HEADER: self.rule,
@@ -76,6 +84,9 @@ class Routed:
             headers[FALLBACK_HEADER] = ",".join(self.fallback)
         if self.retry_after_s is not None:
             headers["retry-after"] = str(self.retry_after_s)
+        summary = self.preprocess.header() if self.preprocess is not None else None
+        if summary is not None:
+            headers[PREPROCESS_HEADER] = summary
         return headers
 
 
@@ -92,11 +103,20 @@ def _pass_reason(answer: BaseModel, last: bool) -> str | None:
     return None
 
 
+def _longest_left(pool: ModelPool, candidates: tuple[str, ...]) -> bool:
+    """Whether no later candidate has a longer context than the first (an unknown context
+    counts as the longest)."""
+    first = pool.context_length(candidates[0])
+    if first is None:
+        return True
+    return all((pool.context_length(m) or first + 1) <= first for m in candidates[1:])
+
+
 async def dispatch(
     pool: ModelPool,
     decision: Decision,
     method: str,
-    request: BaseModel,
+    prepare: Prepare,
     delivery: Delivery,
     retry_after_s: int,
     metrics: RouterMetrics,
@@ -107,7 +127,7 @@ async def dispatch(
         pool: The models.
         decision: The policy's decision (candidates in order).
         method: `chat` or `completions`.
-        request: The parsed request.
+        prepare: The request (and preprocessing plan) to send each candidate.
         delivery: `unary` (one response), `chunks` (a stream of typed chunks) or `sse` (a
             stream whose items after the first are SSE bytes, for HTTP callers).
         retry_after_s: `Retry-After` seconds when every candidate is saturated.
@@ -121,11 +141,12 @@ async def dispatch(
     saturated = False
     for index, model in enumerate(decision.candidates):
         last = index == len(decision.candidates) - 1
+        request, plan = prepare(model, _longest_left(pool, decision.candidates[index:]))
         try:
             result: BaseModel | ModelStream = await (
-                pool.unary(model, method, request)
+                pool.unary(model, method, request, plan)
                 if delivery == "unary"
-                else pool.stream(model, method, request, sse=delivery == "sse")
+                else pool.stream(model, method, request, delivery == "sse", plan)
             )
         except CallFailed as exc:
             if exc.kind == "failed":
@@ -138,7 +159,10 @@ async def dispatch(
             answer = result.first if isinstance(result, ModelStream) else result
             passed = _pass_reason(answer, last)
             if passed is None:
-                return Routed(model, decision.rule, decision.reason, tuple(tried), result)
+                report = getattr(answer, "preprocess_report", None)
+                return Routed(
+                    model, decision.rule, decision.reason, tuple(tried), result, None, report
+                )
             if isinstance(result, ModelStream):
                 result.close()
             assert isinstance(answer, ErrorResponse)

@@ -1,8 +1,9 @@
 """One routed request, shared by the HTTP routes and the Python API.
 
 parse (OpenAI schema and request limits, 400 naming the field: the one validation of the
-request) → extract features → `decide` (capabilities, then rules, then health) → `dispatch`
-(fallback across candidates, the validated request passed on) → count the outcome.
+request) → extract features → rate limits (429 naming the limit) → `decide` (capabilities,
+then rules, then health) → `dispatch` (fallback across candidates; each gets the validated
+request after the preprocessing rules in force for it) → count the outcome.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from ray.serve.handle import DeploymentHandle
 
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.preprocess import PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.validation import parse_request, wants_stream
+from router.auth import bearer_key
 from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.metrics import RouterMetrics
 from router.model_pool import ModelPool
 from router.policy import (
+    AUTO_ALIAS,
     Decision,
     NoHealthyModel,
     PolicyError,
@@ -31,6 +35,8 @@ from router.policy import (
     decide,
     extract_features,
 )
+from router.preprocess import preprocess
+from router.rate_limit import RateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +56,7 @@ class Gateway:
         self.policy = config.routing_policy()
         self.pool = ModelPool(config, handles)
         self.metrics = RouterMetrics()
+        self.limiter = RateLimiter(config.rate_limits)
 
     async def route(
         self,
@@ -65,35 +72,64 @@ class Gateway:
             method: `chat` or `completions` (the `ModelServer` method).
             schema: The request model for `method`.
             request: The request body (dict) or model.
-            headers: Request headers (tenant and priority headers feed the policy).
+            headers: Request headers (tenant and priority headers feed the policy; the bearer
+                key and the tenant select the rate limits).
             sse: an HTTP caller: a stream's items after the first come as SSE bytes to relay.
 
         Returns:
             The outcome, or an `ErrorResponse` when no decision could be made (bad request,
-            unknown model, no capable model, no healthy model).
+            over a rate limit, unknown model, no capable model, no healthy model).
         """
         try:
             req = parse_request(schema, request, self.config.request_limits)
             features = extract_features(req, headers)
+            self._rate_limit(features, headers)
             decision = self._decide(features)
         except OpenAIError as exc:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
             return policy_error(exc).response()
+        alias = None if features.model in self.pool.handles else features.model or AUTO_ALIAS
+        rules = self.config.preprocessing
+
+        def prepare(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:
+            return preprocess(req, rules.resolve(alias, model, features.tenant), fit_context)
+
         routed = await dispatch(
             self.pool,
             decision,
             method,
-            req,
+            prepare,
             ("sse" if sse else "chunks") if wants_stream(req) else "unary",
             self.config.retry_after_s,
             self.metrics,
         )
         self.metrics.requests.labels(routed.model, routed.rule, str(routed.status)).inc()
+        if routed.preprocess is not None:
+            self._count_preprocess(routed.model, routed.preprocess)
         logger.debug(
             "request %s: %s -> %s (%s)", current_request_id(), method, routed.model, decision.reason
         )
         return routed
+
+    def _rate_limit(self, features: RequestFeatures, headers: Mapping[str, str]) -> None:
+        """Charge the request to its key's and tenant's budgets.
+
+        Raises:
+            OpenAIError: 429 with `Retry-After`, naming the limit.
+        """
+        cost = features.estimated_prompt_tokens + (features.max_tokens or 0)
+        key = bearer_key(headers.get("authorization"))
+        refused = self.limiter.admit(key, features.tenant, cost)
+        if refused is not None:
+            self.metrics.rate_limited.labels(refused.limit, refused.kind).inc()
+            raise refused.error()
+
+    def _count_preprocess(self, model: str, report: PreprocessReport) -> None:
+        for rule in report.applied():
+            self.metrics.preprocess_applied.labels(rule).inc()
+        for rule, tokens in report.tokens_saved.items():
+            self.metrics.preprocess_tokens_saved.labels(rule, model).inc(max(tokens, 0))
 
     def _decide(self, features: RequestFeatures) -> Decision:
         """The policy's decision among serving models; if none serves, among those still
@@ -108,9 +144,33 @@ class Gateway:
 
     def model_list(self, created: int) -> ModelList:
         """The served model ids (with their context length once known), then the aliases."""
-        cards = [
-            ModelCard(id=m, created=created, max_model_len=self.pool.context_length(m))
-            for m in self.pool.handles
-        ]
-        cards += [ModelCard(id=a, created=created) for a in self.policy.alias_names()]
-        return ModelList(data=cards)
+        names = [*self.pool.handles, *self.policy.alias_names()]
+        return ModelList(data=[self._card(name, created) for name in names])
+
+    def model_card(self, model: str, created: int) -> ModelCard:
+        """The model object of one served model id or alias.
+
+        Raises:
+            OpenAIError: 404 `model_not_found` for any other id.
+        """
+        if model not in self.pool.handles and self.policy.alias_models(model) is None:
+            names = [*self.pool.handles, *self.policy.alias_names()]
+            raise OpenAIError(
+                f"model {model!r} does not exist: the models are {names}",
+                status_code=404,
+                param="model",
+                code="model_not_found",
+            )
+        return self._card(model, created)
+
+    def _card(self, name: str, created: int) -> ModelCard:
+        config = self.pool.configs.get(name)
+        if config is None:  # an alias
+            return ModelCard(id=name, created=created)
+        source = config.source
+        return ModelCard(
+            id=name,
+            created=created,
+            root=source.path or f"package:{source.package}",
+            max_model_len=self.pool.context_length(name),
+        )

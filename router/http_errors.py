@@ -65,7 +65,7 @@ def not_found(path: str) -> OpenAIError:
     """404 for a route that does not exist."""
     return OpenAIError(
         f"no route {path}: the API serves POST /v1/chat/completions, POST /v1/completions, "
-        "GET /v1/models, GET /metrics and GET /health",
+        "GET /v1/models, GET /v1/models/{model}, GET /metrics and GET /health",
         status_code=404,
         code="not_found",
     )
@@ -83,4 +83,6 @@ def error_json(
 ) -> JSONResponse:
     """An HTTP response `{"error": {message, type, param, code}}` with the error's status."""
     resp = err.response() if isinstance(err, OpenAIError) else err
+    if resp.retry_after_s is not None:
+        headers = {**(headers or {}), "retry-after": str(resp.retry_after_s)}
     return JSONResponse(resp.body(), status_code=resp.status_code, headers=headers)

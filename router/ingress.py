@@ -1,10 +1,12 @@
 """The ingress deployment: OpenAI HTTP API and the Python handle API, in front of the models.
 
 HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-`GET /metrics` (Prometheus text format) and `GET /health`; with API keys configured every route
-but `/health` needs `Authorization: Bearer <key>`. Every answer given after a routing decision
-carries the headers `x-ascend-router-model`, `x-ascend-router-rule`,
-`x-ascend-router-reason` and, after a fallback, `x-ascend-router-fallback`.
+`GET /v1/models/{model}`, `GET /metrics` (Prometheus text format) and `GET /health`; with API
+keys configured every route but `/health` needs `Authorization: Bearer <key>`. Every answer
+given after a routing decision carries the headers `x-ascend-router-model`,
+`x-ascend-router-rule`, `x-ascend-router-reason`, after a fallback `x-ascend-router-fallback`,
+and, when preprocessing changed the request, `x-ascend-router-preprocess`. A request over a
+rate limit is answered 429 with `Retry-After`.
 
 Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat`,
 `completions` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
@@ -34,7 +36,7 @@ from deployments.protocol.errors import ErrorResponse, OpenAIError, internal_err
 from deployments.protocol.limits import check_body_size, parse_body
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.responses import ModelList
+from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.sse import DONE, sse_event
 from deployments.protocol.validation import wants_stream
 from router.auth import authorized
@@ -160,6 +162,13 @@ class Router:
         """The served model ids, then the aliases (`auto` included)."""
         return self.gateway.model_list(self.created)
 
+    async def model(self, model: str) -> ModelCard | ErrorResponse:
+        """One served model or alias; an `ErrorResponse` (404) for any other id."""
+        try:
+            return self.gateway.model_card(model, self.created)
+        except OpenAIError as exc:
+            return exc.response()
+
     # ---- HTTP ------------------------------------------------------------------------------
 
     def _denied(self, request: Request) -> Response | None:
@@ -205,6 +214,18 @@ class Router:
     async def http_models(self, request: Request) -> Response:
         """The served model ids, then the aliases."""
         return self._denied(request) or JSONResponse((await self.models()).model_dump(mode="json"))
+
+    @app.get("/v1/models/{model:path}")
+    async def http_model(self, model: str, request: Request) -> Response:
+        """One served model or alias as an OpenAI model object; ids may contain `/`; 404
+        `model_not_found` for any other id."""
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        card = await self.model(model)
+        if isinstance(card, ErrorResponse):
+            return error_json(card)
+        return JSONResponse(card.model_dump(mode="json"))
 
     @app.get("/metrics")
     async def http_metrics(self, request: Request) -> Response:

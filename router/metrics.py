@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 class RouterMetrics:
-    """Counters of routing decisions and fallbacks."""
+    """Counters of routing decisions, fallbacks, preprocessing and rate limiting."""
 
     content_type = CONTENT_TYPE_LATEST
 
@@ -33,6 +33,27 @@ class RouterMetrics:
             "Candidate models that did not take a routed request (the next candidate, if any, was "
             "tried), by model and why: saturated, down, error, context.",
             ["model", "reason"],
+            registry=self.registry,
+        )
+        self.preprocess_applied = Counter(
+            "ascend_router_preprocess_applied",
+            "Requests that a preprocessing rule changed, by rule: system_prompt, "
+            "compact_whitespace, truncation.",
+            ["rule"],
+            registry=self.registry,
+        )
+        self.preprocess_tokens_saved = Counter(
+            "ascend_router_preprocess_tokens_saved",
+            "Prompt tokens saved by preprocessing (counted with the model's tokenizer), by rule "
+            "(compact_whitespace, truncation) and model.",
+            ["rule", "model"],
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "ascend_router_rate_limited",
+            "Requests refused with 429 by a rate limit, by limit (key:<name>, per_key, "
+            "tenant:<tenant>, per_tenant) and kind (requests, tokens).",
+            ["limit", "kind"],
             registry=self.registry,
         )
 

@@ -36,6 +36,7 @@ from ray.serve.exceptions import (
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from configs.model_config import RouterAppConfig
+from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from router.deployment_status import DeploymentStatusView
 from router.health import HealthView
@@ -210,14 +211,18 @@ class ModelPool:
             self.learned[model] = int(info["max_model_len"])
             self.capabilities = self.config.capabilities(self.learned)
 
-    async def unary(self, model: str, method: str, request: BaseModel) -> BaseModel:
-        """One non-streamed call: the response, or an `ErrorResponse` the model returned.
+    async def unary(
+        self, model: str, method: str, request: BaseModel, plan: PreprocessPlan | None = None
+    ) -> BaseModel:
+        """One non-streamed call: the response, or an `ErrorResponse` the model returned
+        (`plan`: the replica's part of preprocessing, for chat).
 
         Raises:
             CallFailed: Saturated, or down (the model is now marked down).
         """
         self._admit(model)
-        response = getattr(self.handles[model], method).remote(request)
+        extra = {} if plan is None else {"preprocess": plan}
+        response = getattr(self.handles[model], method).remote(request, **extra)
         try:
             result: BaseModel = await self._answer(model, response, response.cancel)
             return result
@@ -225,17 +230,23 @@ class ModelPool:
             self.load.release(model)
 
     async def stream(
-        self, model: str, method: str, request: BaseModel, sse: bool = False
+        self,
+        model: str,
+        method: str,
+        request: BaseModel,
+        sse: bool = False,
+        plan: PreprocessPlan | None = None,
     ) -> ModelStream:
         """Start one streamed call and wait for its first item (`sse`: later items are SSE
-        bytes; see `deployments.sse_relay`).
+        bytes, see `deployments.sse_relay`; `plan` as for `unary`).
 
         Raises:
             CallFailed: Saturated, or down (the model is now marked down).
         """
         self._admit(model)
         handle = self.handles[model].options(stream=True)
-        response = getattr(handle, method).remote(request, sse=sse)
+        extra = {} if plan is None else {"preprocess": plan}
+        response = getattr(handle, method).remote(request, sse=sse, **extra)
         try:
             first: BaseModel = await self._answer(model, anext(response), response.cancel)
         except BaseException:

@@ -31,10 +31,12 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    """An error as returned over HTTP; `status_code` is not part of the body."""
+    """An error as returned over HTTP; `status_code` and `retry_after_s` (the `Retry-After`
+    header of a 429) are not part of the body."""
 
     error: ErrorDetail
     status_code: int = 400
+    retry_after_s: int | None = None
 
     def body(self) -> dict[str, object]:
         """The JSON body (without the HTTP status)."""
@@ -50,6 +52,7 @@ class OpenAIError(Exception):
         param: the request field at fault, e.g. `messages` or `max_tokens`.
         code: machine-readable code, e.g. `model_not_found`, `context_length_exceeded`.
         type: OpenAI error type; derived from `status_code` when omitted.
+        retry_after_s: seconds for a `Retry-After` header (a 429 that can be retried).
     """
 
     def __init__(
@@ -59,17 +62,21 @@ class OpenAIError(Exception):
         param: str | None = None,
         code: str | None = None,
         type: str | None = None,  # noqa: A002 - OpenAI's field name
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.param = param
         self.code = code
         self.type = type or _type_for(status_code)
+        self.retry_after_s = retry_after_s
 
     def response(self) -> ErrorResponse:
         """This error as a response object."""
         detail = ErrorDetail(message=str(self), type=self.type, param=self.param, code=self.code)
-        return ErrorResponse(error=detail, status_code=self.status_code)
+        return ErrorResponse(
+            error=detail, status_code=self.status_code, retry_after_s=self.retry_after_s
+        )
 
 
 def internal_error(request_id: str, where: str) -> OpenAIError:

@@ -8,9 +8,11 @@ delta) are left out rather than sent as null, because SDK accumulators concatena
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import BaseModel, Field, PrivateAttr, model_serializer
+
+from deployments.protocol.preprocess import PreprocessReport
 
 
 class Usage(BaseModel):
@@ -78,7 +80,25 @@ class ChatChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class ChatCompletion(BaseModel):
+class _Preprocessed(BaseModel):
+    """A response that can carry what gateway preprocessing did to its request: set by the
+    replica on a non-streamed response or a stream's first chunk, read by the router for its
+    `x-ascend-router-preprocess` header; never part of the JSON body."""
+
+    _preprocess: PreprocessReport | None = PrivateAttr(None)
+
+    @property
+    def preprocess_report(self) -> PreprocessReport | None:
+        """The report, if preprocessing changed the request."""
+        return self._preprocess
+
+    def with_preprocess_report(self, report: PreprocessReport | None) -> Self:
+        """Attach `report` (in place) and return self."""
+        self._preprocess = report
+        return self
+
+
+class ChatCompletion(_Preprocessed):
     """Body of a non-streamed chat completion."""
 
     id: str
@@ -107,7 +127,7 @@ class ChunkChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(BaseModel):
+class ChatCompletionChunk(_Preprocessed):
     """One server-sent event of a streamed chat completion."""
 
     id: str
@@ -148,12 +168,19 @@ class Completion(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """One entry of `GET /v1/models`."""
+    """One entry of `GET /v1/models`, and the body of `GET /v1/models/{model}`.
+
+    `root` and `parent` are as vLLM reports them: `root` is the checkpoint a served model was
+    loaded from (None for an alias), `parent` the model an adapter or alias derives from (None
+    for a base model; for an alias, None too, as it may route to several models).
+    """
 
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "ascend-router"
+    root: str | None = None
+    parent: str | None = None
     max_model_len: int | None = None
 
 

@@ -47,11 +47,19 @@ class Answer(BaseModel):
 class _Call:
     """A pending call: awaitable once, async-iterable (one item) for streams, cancellable."""
 
-    def __init__(self, produce: Callable[[], Awaitable[Any]], sse: bool = False) -> None:
+    def __init__(
+        self,
+        produce: Callable[[], Awaitable[Any]],
+        sse: bool = False,
+        request: Any = None,
+        preprocess: Any = None,
+    ) -> None:
         self._produce = produce
         self._sent = False
         self.cancelled = False
         self.sse = sse  # the caller asked for SSE bytes after the first item
+        self.request = request
+        self.preprocess = preprocess  # the router's PreprocessPlan, if any
 
     def __await__(self) -> Any:
         return self._produce().__await__()
@@ -74,8 +82,8 @@ class _Method:
         self.handle = handle
         self.name = name
 
-    def remote(self, request: Any = None, sse: bool = False) -> _Call:
-        call = _Call(lambda: self.handle.answer(self.name), sse)
+    def remote(self, request: Any = None, sse: bool = False, preprocess: Any = None) -> _Call:
+        call = _Call(lambda: self.handle.answer(self.name), sse, request, preprocess)
         self.handle.calls.append((self.name, call))
         return call
 
