@@ -8,7 +8,10 @@ chunks it streamed) and see what the server makes of it::
     ascend-router parse-tools --list
 
 Prints one JSON object `{"content", "reasoning_content", "tool_calls": [{"name", "arguments"}],
-"finish_reason"}`. Exit status 0 when the text was parsed (calls or not), 2 on bad usage.
+"finish_reason"}`: the message the server answers for that output (with `--stream-chunks`, fed in
+those chunks as the server feeds the engine's deltas; a call voided after its arguments began to
+stream is left out, its text in `content`). Exit status 0 when the text was parsed (calls or
+not), 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import sys
 from typing import Any
 
 from deployments.protocol.tools import parse_tool_choice
-from deployments.toolcalls.assemble import StreamAssembler, accumulate, assemble, parse_text
+from deployments.tool_output import ToolOutput
+from deployments.toolcalls.assemble import accumulate, assemble, parse_text
 from deployments.toolcalls.choice import finalize, parser_for_choice
 from deployments.toolcalls.registry import PARSERS
 
@@ -97,13 +101,11 @@ def _parse(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     text = _read_stdin()
-    if args.stream_chunks:
-        stream = StreamAssembler()
-        deltas = []
-        for chunk in _chunks(text):
-            deltas += stream.push(parser.feed(chunk))
-        deltas += stream.push(parser.finish())
-        message = accumulate(deltas)
+    if args.stream_chunks:  # the server's own path for engine deltas
+        output = ToolOutput(parser)
+        deltas = [delta for chunk in _chunks(text) for delta in output.push(chunk)]
+        deltas += output.finish(args.engine_finish_reason)[0]
+        message = accumulate(deltas, output.voided)
     else:
         message = assemble(parse_text(parser, text))
     message = finalize(message, choice, args.engine_finish_reason)
@@ -165,7 +167,7 @@ def _chunks(text: str) -> list[str]:
 
 
 def _arguments(text: str) -> Any:
-    """Decoded arguments; a stream's voided call keeps its partial text as a string."""
+    """Decoded arguments (text that is not JSON, which a sent call never has, stays a string)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
+from configs.monitoring import MonitoringConfig
 from configs.preprocessing import Preprocessing
 from configs.rate_limits import RateLimits
 from configs.request_limits import RequestLimits
@@ -215,6 +216,11 @@ class RouterAppConfig(BaseModel):
         default_factory=Preprocessing,
         description="Prompt preprocessing per alias, model or tenant: system-prompt injection, "
         "whitespace compaction, truncation (`configs.preprocessing`).",
+    )
+    monitoring: MonitoringConfig = Field(
+        default_factory=MonitoringConfig,
+        description="How often model replicas report their engine metrics to the metrics board "
+        "behind `/metrics`, and when a silent replica is dropped (`configs.monitoring`).",
     )
     rate_limits: RateLimits = Field(
         default_factory=RateLimits,

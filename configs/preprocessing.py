@@ -86,9 +86,7 @@ class PreprocessRules(BaseModel):
             Discriminator(_on_or_off),
         ]
         | None
-    ) = Field(
-        None, description="System-prompt injection; `false` turns it off here."
-    )
+    ) = Field(None, description="System-prompt injection; `false` turns it off here.")
     compact_whitespace: bool | None = Field(
         None,
         description="Collapse runs of spaces and of blank lines in user messages, outside "

@@ -57,6 +57,11 @@ class ChatSettings:
     strict_tool_history: bool = True
 
 
+def _tool_outputs(setup: ToolSetup | None, n: int) -> list[ToolOutput | None]:
+    """One tool-call output processor per choice (None each when the request has no tools)."""
+    return [setup.output() if setup else None for _ in range(n)]
+
+
 @dataclass(frozen=True)
 class _Prepared:
     """A chat request made ready for the engine: tool parsing setup, prompt tokens, one
@@ -186,7 +191,8 @@ class ChatHandler:
         reasons: list[str | None] = [None] * n
         usage = Usage.of(0, 0)
         prep, choices_in = await self._start(request, plan)
-        async for chunk in self._chunks(request, prep, choices_in, usage_chunk=True):
+        outputs = _tool_outputs(prep.setup, n)
+        async for chunk in self._chunks(request, prep, outputs, choices_in, usage_chunk=True):
             if chunk.usage is not None:
                 usage = chunk.usage
             for c in chunk.choices:
@@ -196,7 +202,8 @@ class ChatHandler:
                 reasons[c.index] = c.finish_reason or reasons[c.index]
         choices = []
         for i in range(n):
-            msg = accumulate(deltas[i])
+            out = outputs[i]
+            msg = accumulate(deltas[i], out.voided if out else ())
             if not request.tools:
                 msg["content"] = "".join(d.get("content") or "" for d in deltas[i])
             choices.append(
@@ -228,12 +235,15 @@ class ChatHandler:
         request, an engine that is not running) raise here, before the first chunk. The
         preprocessing report of `plan` rides on the first chunk."""
         include = bool(request.stream_options and request.stream_options.include_usage)
-        return self._chunks(request, *(await self._start(request, plan)), usage_chunk=include)
+        prep, choices = await self._start(request, plan)
+        outputs = _tool_outputs(prep.setup, request.n or 1)
+        return self._chunks(request, prep, outputs, choices, usage_chunk=include)
 
     async def _chunks(
         self,
         request: ChatCompletionRequest,
         prep: _Prepared,
+        outputs: list[ToolOutput | None],
         choices: AsyncIterator[ChoiceDelta],
         usage_chunk: bool,
     ) -> AsyncIterator[ChatCompletionChunk]:
@@ -246,7 +256,6 @@ class ChatHandler:
             )
 
         n = request.n or 1
-        setup = prep.setup
         first = chunk(
             [
                 ChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
@@ -254,7 +263,6 @@ class ChatHandler:
             ]
         )
         yield first.with_preprocess_report(prep.report)
-        outputs: list[ToolOutput | None] = [setup.output() if setup else None for _ in range(n)]
         counts = [0] * n
         prompt_tokens = 0
         async for d in choices:

@@ -20,6 +20,7 @@ from deployments.protocol.request_id import current_request_id
 from deployments.stop_strings import StopStringMatcher
 from engine.async_engine import AsyncEngine, EngineDead, RequestStream
 from engine.outputs import RequestOutput, TokenLogprob
+from engine.request_stats import SampleGroup
 from engine.sampling_params import SamplingParams
 
 
@@ -57,10 +58,27 @@ def engine_failure(out: RequestOutput) -> OpenAIError:
     return internal_error(current_request_id(), "the model replica")
 
 
+def sample_groups(
+    requests: list[tuple[list[int], SamplingParams]],
+) -> list[SampleGroup | None]:
+    """The sample group of each (prompt, params) pair: consecutive pairs that share one prompt
+    list (the `n` choices of a prompt, as the handlers build them) form one group; a prompt
+    sampled once has none."""
+    groups: list[SampleGroup | None] = []
+    start = 0
+    for end in range(1, len(requests) + 1):
+        if end == len(requests) or requests[end][0] is not requests[start][0]:
+            size = end - start
+            groups.extend([SampleGroup(size) if size > 1 else None] * size)
+            start = end
+    return groups
+
+
 async def admit(
     engine: AsyncEngine, requests: list[tuple[list[int], SamplingParams]]
 ) -> list[RequestStream]:
     """Queue one engine request per (prompt, params) pair; return once the engine holds all.
+    The choices of one prompt share its list object (`sample_groups`).
 
     Raises:
         OpenAIError: 503 `engine_unavailable` when the engine loop is not running (then none
@@ -69,8 +87,9 @@ async def admit(
     streams: list[RequestStream] = []
     rid = current_request_id()  # engine ids carry it, so engine log lines name the request
     try:
-        for prompt, params in requests:
-            streams.append(await engine.add(f"{rid}-{uuid.uuid4().hex[:8]}", prompt, params))
+        for (prompt, params), group in zip(requests, sample_groups(requests)):
+            engine_rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+            streams.append(await engine.add(engine_rid, prompt, params, group))
     except BaseException as exc:
         for stream in streams:
             await stream.aclose()

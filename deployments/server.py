@@ -16,12 +16,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from configs.envs import log_level
 from configs.model_config import ModelDeploymentConfig
+from configs.monitoring import MonitoringConfig
 from deployments.chat import ChatHandler, ChatSettings
 from deployments.chat_template import ChatTemplate
 from deployments.completions import CompletionHandler
+from deployments.metrics_push import MetricsPusher
 from deployments.preparation import Preparer
 from deployments.protocol.errors import (
     ErrorResponse,
@@ -88,21 +91,32 @@ class ModelServer:
 
     Args:
         config: the model deployment config (a dict or the pydantic model).
+        metrics_board: handle of the application's `MetricsBoard`, which this replica reports
+            its engine metrics to (None: not reported; `metrics_text` still serves them).
+        monitoring: how often to report (`MonitoringConfig` or its dict; default settings if
+            None).
     """
 
-    def __init__(self, config: ModelDeploymentConfig | dict[str, Any]) -> None:
+    def __init__(
+        self,
+        config: ModelDeploymentConfig | dict[str, Any],
+        metrics_board: DeploymentHandle | None = None,
+        monitoring: MonitoringConfig | dict[str, Any] | None = None,
+    ) -> None:
         logging.basicConfig(level=log_level())  # start-up figures (KV budget) reach the log
         self.config = ModelDeploymentConfig.model_validate(config)
         checkpoint = self.config.source.resolve()
         self.tokenizer = load_tokenizer(checkpoint)
-        self.metrics = EngineMetrics(self.config.model_id)
         cfg = self.config
         cls = engine_class(cfg.engine_class)
         self.engine = AsyncEngine(
             lambda: cls(checkpoint, cfg.engine, cfg.tensor_parallel_size, cfg.expert_parallel),
-            self.metrics,
+            None,
             cfg.engine_stall_timeout_s,
         )
+        replica_id = serve.get_replica_context().replica_id.unique_id
+        self.metrics = EngineMetrics(cfg.model_id, replica_id, self.engine.max_model_len)
+        self.engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
         grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
@@ -115,6 +129,12 @@ class ModelServer:
         )
         self.where = f"model {cfg.model_id}"
         self.batching_interval_s = cfg.stream_batching_interval_ms / 1000
+        self.metrics_pusher = None
+        if metrics_board is not None:  # last: a replica reports once it can serve
+            interval_s = MonitoringConfig.model_validate(monitoring or {}).push_interval_s
+            self.metrics_pusher = MetricsPusher(
+                metrics_board, replica_id, cfg.model_id, self.metrics.exposition, interval_s
+            )
 
     async def _serve(
         self,
@@ -182,7 +202,8 @@ class ModelServer:
         return self.engine.stats()
 
     def metrics_text(self) -> bytes:
-        """This replica's Prometheus exposition (vLLM metric names, `model_name` label)."""
+        """This replica's Prometheus exposition (vLLM metric names; `model_name` and `replica`
+        labels). The router reads every replica's from the metrics board instead."""
         return self.metrics.exposition()
 
     def check_health(self) -> None:
@@ -196,6 +217,9 @@ class ModelServer:
             raise RuntimeError(f"engine loop is not serving: {dead}")
 
     def __del__(self) -> None:
+        pusher = getattr(self, "metrics_pusher", None)
+        if pusher is not None:
+            pusher.close()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()

@@ -4,17 +4,21 @@ Rules from `shared/toolcalls/PROTOCOL.md` ("Requests"): an assistant message's `
 answered by one `tool` message per id before another role (400 naming the missing id); a tool
 message needs a `tool_call_id` that answers a pending call; ids are unique within one assistant
 message; `tool_calls` may appear anywhere in the history; `arguments` may be a JSON string or an
-object (validated with the request; templates get an object); an empty `tool_calls` list is
-dropped; tool content may be a list of text parts. `strict=False` skips the pairing rules for
-clients with loose histories.
+object (validated with the request; templates get an object, and JSON that is not one, such as
+`"[]"`, is rendered as `{}` with a warning, as vLLM does); an empty `tool_calls` list is dropped;
+tool content may be a list of text parts. `strict=False` skips the pairing rules for clients with
+loose histories.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatMessage
+
+logger = logging.getLogger(__name__)
 
 
 def _text(m: ChatMessage, i: int) -> str:
@@ -36,11 +40,21 @@ def _calls(m: ChatMessage, i: int) -> list[dict[str, Any]]:
             )
         seen.add(call.id)
         fn = call.function
+        arguments = fn.arguments_object()
+        if arguments is None:
+            logger.warning(
+                "messages[%d].tool_calls[%d].function.arguments is %.100s, not a JSON object: "
+                "rendered as {}",
+                i,
+                j,
+                fn.arguments,
+            )
+            arguments = {}
         out.append(
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": fn.name, "arguments": fn.arguments_object()},
+                "function": {"name": fn.name, "arguments": arguments},
             }
         )
     return out

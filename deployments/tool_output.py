@@ -1,7 +1,7 @@
 """One choice's text through the tool-call layer: parser events -> OpenAI message deltas.
 
 Streaming and non-streaming share this path (the non-streamed message is the streamed deltas
-accumulated), so the two always agree.
+accumulated, less the calls voided after they streamed), so the two always agree.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ class ToolOutput:
     def push(self, text: str) -> list[dict[str, Any]]:
         """Deltas decided by the next piece of text."""
         return self._strip_role(self.assembler.push(self.parser.feed(text))) if text else []
+
+    @property
+    def voided(self) -> frozenset[int]:
+        """Calls voided after they had streamed: a non-streamed message leaves them out."""
+        return self.assembler.voided
 
     def finish(self, engine_finish_reason: str | None) -> tuple[list[dict[str, Any]], str]:
         """Last deltas and the finish reason (`tool_calls` iff a call was sent)."""

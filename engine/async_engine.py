@@ -13,6 +13,10 @@ before it answers its client. If the loop dies, every queued and running request
 with an error output (`error_kind="dead"`), later `add`s raise `EngineDead`, and `alive()` turns
 False (as it does when one step runs past `stall_timeout_s`), which fails the replica's health
 check so that Ray Serve replaces it.
+
+Metrics (`engine.metrics`, when given) are recorded on the engine thread as outputs leave it:
+every output of a step is stamped with the step's end, so a request's TTFT and the gaps between
+its tokens are those of the engine, not of the event loop that relays them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
 from engine.outputs import RequestOutput
+from engine.request_stats import RequestTimes, SampleGroup
 from engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -48,6 +53,7 @@ class _Add:
     queue: asyncio.Queue[RequestOutput]
     loop: asyncio.AbstractEventLoop
     admitted: asyncio.Future[None]
+    times: RequestTimes
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,6 @@ class RequestStream:
         self._engine = engine
         self._add = add
         self._finished = False
-        self._start = time.monotonic()
-        self._first: float | None = None
 
     def __aiter__(self) -> RequestStream:
         return self
@@ -80,17 +84,7 @@ class RequestStream:
         except BaseException:
             await self.aclose()
             raise
-        self._first = self._first or time.monotonic()
         self._finished = out.finished
-        metrics = self._engine.metrics
-        if out.finished and metrics is not None and out.error is None:
-            now = time.monotonic()
-            metrics.observe_request(
-                self._first - self._start,
-                now - self._start,
-                out.num_prompt_tokens,
-                out.num_output_tokens,
-            )
         return out
 
     async def aclose(self) -> None:
@@ -112,7 +106,9 @@ class AsyncEngine:
     Args:
         build: makes the engine; called on the engine thread, which alone touches it afterwards
             (`engine` stays readable for its immutable settings, e.g. `vocab_size`).
-        metrics: where to record load and latency figures (None: not recorded).
+        metrics: where to record load and latency figures (None: not recorded). The attribute
+            may be set once the engine is built (the token-count buckets depend on its
+            `max_model_len`), before the first request.
         stall_timeout_s: seconds one step may run before the engine counts as stuck
             (`alive()` turns False, so the replica's health check fails).
 
@@ -161,12 +157,17 @@ class AsyncEngine:
         return self._stats
 
     async def add(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        group: SampleGroup | None = None,
     ) -> RequestStream:
         """Queue a request; return once the engine holds it (its outputs follow in the stream).
 
         The caller validated the request (context length, token ids): the engine's own check
-        is an invariant.
+        is an invariant. `group`: the sample group it belongs to when one prompt is sampled
+        several times (OpenAI `n`), for the metrics.
 
         Raises:
             EngineDead: the engine loop is not running.
@@ -174,7 +175,8 @@ class AsyncEngine:
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        add = _Add(request_id, prompt_token_ids, params, queue, loop, loop.create_future())
+        times = RequestTimes(time.monotonic(), group)
+        add = _Add(request_id, prompt_token_ids, params, queue, loop, loop.create_future(), times)
         self._send(add)
         try:
             await add.admitted
@@ -215,13 +217,21 @@ class AsyncEngine:
         if isinstance(cmd, _Add):  # nobody will take it: fail it now
             _admit(cmd, EngineDead(self._dead))
 
-    def _deliver(self, out: RequestOutput) -> None:
+    def _deliver(self, out: RequestOutput, now: float) -> None:
+        """Hand an output, from the step that ended at `now`, to its caller."""
         stream = self._streams.get(out.request_id)
         if stream is None:
             return
         if out.finished:
             del self._streams[out.request_id]
-        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, out)
+        if self.metrics is not None:
+            self.metrics.observe_output(stream.times, out, now)
+        try:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, out)
+        except RuntimeError:  # the caller's event loop is closed: nobody waits for this request
+            self._streams.pop(out.request_id, None)
+            if not out.finished:
+                self.engine.abort(out.request_id)  # its KV blocks go back to the pool
 
     def _apply(self, cmds: list[_Add | _Abort]) -> None:
         for cmd in cmds:
@@ -234,6 +244,7 @@ class AsyncEngine:
             except Exception as exc:  # reported to that caller only; the loop goes on
                 _admit(cmd, RequestRejected(str(exc)))
                 continue
+            cmd.times.queued = time.monotonic()
             self._streams[cmd.request_id] = cmd
             _admit(cmd, None)
 
@@ -260,11 +271,12 @@ class AsyncEngine:
         for cmd in cmds:
             if isinstance(cmd, _Add):
                 _admit(cmd, EngineDead(reason))
+        now = time.monotonic()
         for rid in list(self._streams):
             stream = self._streams[rid]
             n = len(stream.prompt_token_ids)
             self._deliver(
-                RequestOutput(rid, (), True, "error", n, 0, error=reason, error_kind="dead")
+                RequestOutput(rid, (), True, "error", n, 0, error=reason, error_kind="dead"), now
             )
 
     def _loop(self) -> None:
@@ -275,20 +287,23 @@ class AsyncEngine:
                 cmds, self._inbox = self._inbox, []
                 stopped = self._stopped
             if stopped:
+                now = time.monotonic()
                 for rid in list(self._streams):
                     self.engine.abort(rid)
-                    self._deliver(RequestOutput(rid, (), True, "abort", 0, 0))
+                    n = len(self._streams[rid].prompt_token_ids)
+                    self._deliver(RequestOutput(rid, (), True, "abort", n, 0), now)
                 self._dead = "the engine was shut down"
                 return
             self._apply(cmds)
             self._step_started = time.monotonic()
             outputs = self.engine.step()
+            now = time.monotonic()
             self._step_started = None
             self._stats = self.engine.stats()  # before the outputs: callers see this step's
             if self.metrics is not None:
                 self.metrics.observe_step(self._stats)
             for out in outputs:
-                self._deliver(out)
+                self._deliver(out, now)
 
 
 def _admit(cmd: _Add, error: BaseException | None) -> None:

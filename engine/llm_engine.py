@@ -350,4 +350,5 @@ class LLMEngine:
             num_output_tokens=len(seq.output_token_ids),
             logprobs=(lp,) if lp is not None else None,
             prompt_logprobs=prompt_lps,
+            scheduled_at=seq.scheduled_at,
         )

@@ -1,9 +1,17 @@
 """Engine metrics in Prometheus form, named as vLLM names them so existing dashboards work.
 
-Names and meanings follow vLLM's `vllm/v1/metrics/loggers.py` (`vllm:num_requests_running`,
-`vllm:kv_cache_usage_perc`, `vllm:time_to_first_token_seconds`, ...). Each replica keeps its own
-registry; the router gathers every model's exposition text through handles and serves it at
-`/metrics` (Ray's own exporter would prefix the names with `ray_`).
+Names, types and meanings follow vLLM's `vllm/v1/metrics/loggers.py` (`vllm:num_requests_running`,
+`vllm:kv_cache_usage_perc`, `vllm:inter_token_latency_seconds`, ...), every series labelled
+`model_name` and `replica` (the Serve replica id; vLLM's `engine` label plays that part there), so
+that a dashboard's `sum by (le)` / `sum by (model_name)` adds the replicas of a model up. Each
+replica keeps its own registry and reports it to the router (`deployments.metrics_push`), which
+serves every replica's at `/metrics` (Ray's own exporter would prefix the names with `ray_`).
+
+Per generated token the engine thread does one histogram observation: the gap since the
+request's previous token, in `vllm:inter_token_latency_seconds`. Its older name
+`vllm:time_per_output_token_seconds` (the one vLLM dashboards before v0.10.2 query) is served as
+a copy of the same histogram at scrape time, as `vllm:gpu_cache_usage_perc` is of
+`vllm:kv_cache_usage_perc`. The per-request mean is `vllm:request_time_per_output_token_seconds`.
 """
 
 from __future__ import annotations
@@ -11,8 +19,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engine.llm_engine import EngineStats
+from engine.metric_aliases import Alias
+from engine.outputs import RequestOutput
+from engine.request_stats import FinishedRequest, RequestTimes, finished_request
 
-_LATENCY_BUCKETS = (
+LATENCY_BUCKETS = (
     0.01,
     0.025,
     0.05,
@@ -29,7 +40,43 @@ _LATENCY_BUCKETS = (
     40.0,
     80.0,
 )
-_TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+"""Request intervals (TTFT, e2e, queue, prefill, decode, inference), seconds."""
+TOKEN_GAP_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+"""Gaps between tokens and their per-request mean, seconds (vLLM's, plus 5 ms)."""
+FINISH_REASONS = ("stop", "length", "abort", "error")
+"""Values of `finished_reason` on `vllm:request_success_total` (each series exists from start)."""
+
+
+def token_count_buckets(max_model_len: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to `max_model_len` tokens (vLLM's `build_1_2_5_buckets`)."""
+    buckets: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return tuple(buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
 
 
 class EngineMetrics:
@@ -37,45 +84,110 @@ class EngineMetrics:
 
     Args:
         model_name: value of the `model_name` label.
+        replica: value of the `replica` label (the Serve replica id).
+        max_model_len: context length in tokens (the top bucket of the token-count histograms).
     """
 
-    def __init__(self, model_name: str) -> None:
-        self.registry = CollectorRegistry()
-        r, labels = self.registry, ["model_name"]
+    def __init__(self, model_name: str, replica: str, max_model_len: int) -> None:
+        self.registry = r = CollectorRegistry()
+        labels, values = ["model_name", "replica"], (model_name, replica)
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, labels, registry=r).labels(model_name)
+            return Gauge(name, doc, labels, registry=r)
 
         def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, labels, registry=r).labels(model_name)
+            return Counter(name, doc, labels, registry=r).labels(*values)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(model_name)
+            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(*values)
 
-        self.running = gauge("vllm:num_requests_running", "Requests in the running batch.")
-        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
-        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = 100%).")
+        running = gauge("vllm:num_requests_running", "Requests in the running batch.")
+        waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
+        kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 = 100%).")
+        r.register(Alias(kv_usage, "vllm:gpu_cache_usage_perc", "KV-cache usage (1 = 100%)."))
+        self.running, self.waiting, self.kv_usage = (
+            g.labels(*values) for g in (running, waiting, kv_usage)
+        )
         self.prefix_queries = counter(
             "vllm:prefix_cache_queries", "Prefix-cache lookups, in blocks."
         )
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix-cache hits, in blocks.")
         self.preemptions = counter("vllm:num_preemptions", "Sequences preempted (recompute).")
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Prefilled prompt tokens.")
-        self.generation_tokens = counter("vllm:generation_tokens", "Generated tokens.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of finished requests.")
+        self.generation_tokens = counter(
+            "vllm:generation_tokens", "Tokens generated by finished requests."
+        )
+        self._labels = values
+        self.success = Counter(
+            "vllm:request_success",
+            "Finished requests, by finished_reason (stop, length, abort, error).",
+            [*labels, "finished_reason"],
+            registry=r,
+        )
+        for reason in FINISH_REASONS:
+            self.success.labels(*values, reason)
+        tokens = token_count_buckets(max_model_len)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Prompt length of finished requests, tokens.", tokens
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Tokens generated by finished requests.", tokens
+        )
+        self.max_generation_tokens = histogram(
+            "vllm:request_max_num_generation_tokens",
+            "Most tokens generated by one sample of a request (its n samples), tokens.",
+            tokens,
+        )
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
-            "Time to first token (TTFT), seconds.",
-            _LATENCY_BUCKETS,
+            "Time to first token (TTFT): arrival -> the step that gave it, seconds.",
+            LATENCY_BUCKETS,
         )
-        self.tpot = histogram(
-            "vllm:time_per_output_token_seconds",
-            "Time per output token after the first (TPOT), seconds.",
-            _TOKEN_BUCKETS,
+        itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Time between two consecutive tokens of a request, seconds (one sample per gap).",
+            labels,
+            buckets=TOKEN_GAP_BUCKETS,
+            registry=r,
+        )
+        r.register(
+            Alias(
+                itl,
+                "vllm:time_per_output_token_seconds",
+                "Time per output token after the first: every gap between two tokens, seconds "
+                "(the same samples as vllm:inter_token_latency_seconds).",
+            )
+        )
+        self.itl = itl.labels(*values)
+        self.request_tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Per request: (last token - first token) / (tokens - 1), seconds.",
+            TOKEN_GAP_BUCKETS,
         )
         self.e2e = histogram(
             "vllm:e2e_request_latency_seconds",
-            "End-to-end request latency, seconds.",
-            _LATENCY_BUCKETS,
+            "End-to-end request latency: arrival -> finish, seconds.",
+            LATENCY_BUCKETS,
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds",
+            "Time waiting: queued in the engine -> first scheduled, seconds.",
+            LATENCY_BUCKETS,
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Prefill: first scheduled -> first token (preemptions included), seconds.",
+            LATENCY_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds",
+            "Decode: first token -> last token, seconds.",
+            LATENCY_BUCKETS,
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds",
+            "Running: first scheduled -> last token, seconds.",
+            LATENCY_BUCKETS,
         )
         self._last = EngineStats(0, 0, 0.0, 0, 1, 0, 0, 0)
 
@@ -89,16 +201,38 @@ class EngineMetrics:
         self.prefix_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
         self._last = stats
 
-    def observe_request(
-        self, ttft_s: float, e2e_s: float, num_prompt_tokens: int, num_output_tokens: int
-    ) -> None:
-        """Record a finished request's latencies (seconds) and token counts."""
-        self.ttft.observe(ttft_s)
-        self.e2e.observe(e2e_s)
-        if num_output_tokens > 1:
-            self.tpot.observe((e2e_s - ttft_s) / (num_output_tokens - 1))
-        self.prompt_tokens.inc(num_prompt_tokens)
-        self.generation_tokens.inc(num_output_tokens)
+    def observe_output(self, times: RequestTimes, out: RequestOutput, now: float) -> None:
+        """Record one output of the step that ended at `now` (monotonic seconds): its token's
+        TTFT or gap since the previous token, and the request's figures when it finished.
+        Called on the engine thread for every output, so it stays at one observation per
+        token."""
+        if out.new_token_ids:
+            gap = times.record_tokens(out.scheduled_at, now)
+            if gap is None:
+                self.ttft.observe(now - times.arrival)
+            else:
+                self.itl.observe(gap)
+        if out.finished:
+            self._observe_finished(finished_request(times, out, now))
+
+    def _observe_finished(self, done: FinishedRequest) -> None:
+        self.success.labels(*self._labels, done.finish_reason).inc()
+        self.prompt_tokens.inc(done.num_prompt_tokens)
+        self.generation_tokens.inc(done.num_generation_tokens)
+        self.request_prompt_tokens.observe(done.num_prompt_tokens)
+        self.request_generation_tokens.observe(done.num_generation_tokens)
+        self.e2e.observe(done.e2e_s)
+        if done.group_max_generation_tokens is not None:
+            self.max_generation_tokens.observe(done.group_max_generation_tokens)
+        phases = done.phases
+        if phases is None:
+            return
+        self.queue_time.observe(phases.queue_s)
+        self.prefill_time.observe(phases.prefill_s)
+        self.decode_time.observe(phases.decode_s)
+        self.inference_time.observe(phases.inference_s)
+        if phases.mean_time_per_output_token_s is not None:
+            self.request_tpot.observe(phases.mean_time_per_output_token_s)
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this replica's metrics."""

@@ -42,6 +42,8 @@ class RequestOutput:
             its grammar or logit bias, failed in a step; the batch went on), `step` (the step
             that carried it failed as a whole, e.g. the forward pass) or `dead` (the engine
             loop ended).
+        scheduled_at: when the scheduler first ran the request (`time.monotonic()` seconds;
+            None if it never ran), for the queue and prefill times of the engine metrics.
     """
 
     request_id: str
@@ -54,3 +56,4 @@ class RequestOutput:
     prompt_logprobs: tuple[TokenLogprob, ...] | None = None
     error: str | None = None
     error_kind: ErrorKind | None = None
+    scheduled_at: float | None = None

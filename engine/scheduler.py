@@ -10,6 +10,7 @@ its blocks are freed and it goes back to the front of the waiting queue to be re
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -129,6 +130,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
+            if seq.scheduled_at is None:
+                seq.scheduled_at = time.monotonic()
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
             budget -= n

@@ -38,6 +38,8 @@ class Sequence:
             chained.
         cache_key: anything besides token ids that changes the KV (e.g. a LoRA id), hashed
             into every block; None for the base model.
+        scheduled_at: when the scheduler first admitted it to the running batch
+            (`time.monotonic()` seconds; a preempted sequence keeps its first), or None.
     """
 
     request_id: str
@@ -53,6 +55,7 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)
     cache_key: int | None = None
     prompt_logprobs_sent: bool = False
+    scheduled_at: float | None = None
     _tokens: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

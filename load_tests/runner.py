@@ -15,7 +15,7 @@ import httpx
 
 from load_tests.client import Endpoint, RequestRecord, Target, stream_request
 from load_tests.level_result import LevelResult, summarize_level
-from load_tests.server_metrics import snapshot
+from load_tests.server_metrics import settled_snapshot
 from load_tests.workload import Prompt
 
 
@@ -85,7 +85,7 @@ async def run_level(
     deadline = time.perf_counter() + opts.level_timeout_s
     async with _client(concurrency, opts) as client:
         records = await _send_all(client, target, prompts, concurrency, opts, deadline)
-        server = await snapshot(client, target.base_url, target.model)
+        server = await settled_snapshot(client, target.base_url, target.model)
     return summarize_level(concurrency, records, server_after=server)
 
 

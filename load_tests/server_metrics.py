@@ -1,11 +1,15 @@
 """The server's own view after a level: KV usage, requests still running, preemptions.
 
 Read from the Prometheus text at `<root>/metrics` (the router serves every model replica's
-`vllm:*` metrics there), parsed with `prometheus_client`'s text parser. A level that loses
-nothing leaves no request running and (prefix-cached blocks being free) 0 % KV usage.
+`vllm:*` metrics there, one series per replica), parsed with `prometheus_client`'s text parser.
+Counts are summed over a model's replicas and KV usage is the fullest replica's. A level that
+loses nothing leaves no request running and (prefix-cached blocks being free) 0 % KV usage.
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +21,8 @@ _WANTED = {
     "vllm:num_preemptions_total": "num_preemptions_total",
 }
 """Sample names (not family names, which the parser derives differently per exposition)."""
+_FULLEST = {"kv_cache_usage_perc"}
+"""Figures taken as the maximum over replicas (the others are summed)."""
 
 
 def metrics_url(base_url: str) -> str:
@@ -41,6 +47,29 @@ async def snapshot(client: httpx.AsyncClient, base_url: str, model: str) -> dict
     for family in text_string_to_metric_families(resp.text):
         for sample in family.samples:
             key = _WANTED.get(sample.name)
-            if key is not None and sample.labels.get("model_name") == model:
-                found[key] = sample.value
+            if key is None or sample.labels.get("model_name") != model:
+                continue
+            seen = found.get(key)
+            combine = max if key in _FULLEST else sum
+            found[key] = sample.value if seen is None else combine((seen, sample.value))
     return found or None
+
+
+async def settled_snapshot(
+    client: httpx.AsyncClient, base_url: str, model: str, settle_s: float = 5.0
+) -> dict[str, float] | None:
+    """`snapshot` once the server shows nothing running or waiting, or after `settle_s` seconds.
+
+    Our router serves each replica's figures as the replica last pushed them (every 2 s by
+    default, `configs/monitoring.py`), so right after a level they may still show its last
+    requests; a request really left running still shows once `settle_s` has passed.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = await snapshot(client, base_url, model)
+        busy = found is not None and (
+            found.get("num_requests_running") or found.get("num_requests_waiting")
+        )
+        if not busy or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(0.25)

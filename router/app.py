@@ -12,6 +12,7 @@ from ray.serve.handle import DeploymentHandle
 
 from configs.envs import api_keys_from_env, log_level
 from configs.model_config import RouterAppConfig
+from deployments.metrics_board import MetricsBoard
 from deployments.server import ModelServer
 from router import APP_NAME
 from router.ingress import Router
@@ -29,6 +30,8 @@ def build_app(args: dict[str, Any]) -> Application:
 
     Validating the config also checks the routing policy against the models' capabilities, so
     a bad policy fails here, before anything starts, with an error naming the rule or alias.
+    Besides the router and one `ModelServer` deployment per model, the application runs the
+    metrics board its model replicas report to (`deployments.metrics_board`).
 
     Args:
         args: the application's `args` from the Serve config (see `RouterAppConfig`).
@@ -41,10 +44,12 @@ def build_app(args: dict[str, Any]) -> Application:
     config = RouterAppConfig.model_validate(args)
     if not config.api_keys:
         config.api_keys = api_keys_from_env()
+    monitoring = config.monitoring.model_dump()
+    board = MetricsBoard.bind(monitoring)  # every model replica reports its metrics there
     models = {
         m.model_id: ModelServer.options(
             name=model_deployment_name(m.model_id), **m.deployment.serve_options()
-        ).bind(m.model_dump())
+        ).bind(m.model_dump(), board, monitoring)
         for m in config.models
     }
     return router_app(config, models)

@@ -12,8 +12,8 @@ Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat
 `completions` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
 equals the JSON), or an async generator of chunks when the request streams (call with
 `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
-when streaming). The Python API is not behind the API keys: it is reachable only from inside
-the Ray cluster.
+when streaming). The Python API is not behind the API keys (nor their rate limits): it is
+reachable only from inside the Ray cluster.
 """
 
 # FastAPI reads these annotations at runtime, so no `from __future__ import annotations`.
@@ -49,6 +49,7 @@ from router.http_errors import (
     unauthorized,
 )
 from router.model_pool import ModelStream
+from router.replica_metrics import replica_expositions
 
 logger = logging.getLogger(__name__)
 
@@ -229,19 +230,15 @@ class Router:
 
     @app.get("/metrics")
     async def http_metrics(self, request: Request) -> Response:
-        """Routing counters and every reachable model's engine metrics (Prometheus text)."""
+        """Routing counters and the engine metrics of every live replica of every model
+        (Prometheus text; replicas told apart by the `replica` label)."""
         denied = self._denied(request)
         if denied is not None:
             return denied
         metrics = self.gateway.metrics
-        texts = await asyncio.gather(
-            *(
-                asyncio.wait_for(h.metrics_text.remote(), self.config.health_probe_timeout_s)
-                for h in self.gateway.pool.handles.values()
-            ),
-            return_exceptions=True,
+        engine = await replica_expositions(
+            self.gateway.pool.handles, self.config.health_probe_timeout_s
         )
-        engine = [t for t in texts if isinstance(t, bytes)]  # a model that is down is skipped
         return Response(metrics.render(engine), media_type=metrics.content_type)
 
     @app.get("/health")

@@ -1,8 +1,9 @@
 """Prometheus metrics of the router, served at `GET /metrics` in the text exposition format.
 
 Each router replica keeps its own registry (Prometheus sums replicas when it scrapes each). The
-engine metrics of every model (vLLM names, `model_name` label) are gathered from the model
-replicas through their handles and merged in, one metric family per name.
+engine metrics of every replica of every model (vLLM names, `model_name` and `replica` labels)
+are read from the metrics board (`router.replica_metrics`) and merged in, one metric family per
+name.
 """
 
 from __future__ import annotations

@@ -217,28 +217,36 @@ def parse_tool_choice(value: Any, tools: list[JsonObject] | None) -> ToolChoice:
 
 
 class FunctionCall(_Base):
-    """`messages[].tool_calls[].function`: `arguments` is a JSON object, or a string of one."""
+    """`messages[].tool_calls[].function`: `arguments` is a JSON object, or a string of JSON.
+
+    The string should hold an object; other JSON (`"[]"`, `"null"`, `"42"`, which clients replay
+    from models that wrote it) is accepted, as vLLM accepts it (`arguments_object`). A string that
+    is not JSON is refused.
+    """
 
     name: str = Field(min_length=1)
     arguments: JsonObject | str = Field(default_factory=dict)
 
     @field_validator("arguments")
     @classmethod
-    def _object(cls, v: JsonObject | str) -> JsonObject | str:
+    def _json(cls, v: JsonObject | str) -> JsonObject | str:
         if isinstance(v, str) and v.strip():
             try:
-                parsed = json.loads(v)
+                json.loads(v)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"tool call arguments are not JSON: {exc}") from None
-            if not isinstance(parsed, dict):
-                raise ValueError("tool call arguments must be a JSON object")
         return v
 
-    def arguments_object(self) -> JsonObject:
-        """The arguments as an object (an empty string is `{}`), as chat templates expect."""
+    def arguments_object(self) -> JsonObject | None:
+        """The arguments as an object, as chat templates expect (an empty string is `{}`).
+
+        Returns:
+            The object, or None when the arguments are JSON but not an object.
+        """
         if isinstance(self.arguments, dict):
             return self.arguments
-        return json.loads(self.arguments) if self.arguments.strip() else {}
+        parsed = json.loads(self.arguments) if self.arguments.strip() else {}
+        return parsed if isinstance(parsed, dict) else None
 
 
 class ToolCall(_Base):

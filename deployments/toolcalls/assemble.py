@@ -7,7 +7,7 @@ rule S6 of `shared/toolcalls/PROTOCOL.md`: the streamed content equals the non-s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +113,12 @@ class StreamAssembler:
     @property
     def tool_calls_sent(self) -> bool:
         """Whether a call that was not voided went out."""
-        return any(not call.aborted for call in self.ledger.values())
+        return len(self.voided) < len(self.ledger)
+
+    @property
+    def voided(self) -> frozenset[int]:
+        """Indices of the calls voided after they had opened (rule S11)."""
+        return frozenset(i for i, call in self.ledger.items() if call.aborted)
 
     def push(self, events: Iterable[ParserEvent]) -> list[dict[str, Any]]:
         """Deltas for the next events (possibly none)."""
@@ -172,8 +177,14 @@ class StreamAssembler:
             deltas.append({key: text})
 
 
-def accumulate(deltas: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def accumulate(deltas: Iterable[dict[str, Any]], voided: Collection[int] = ()) -> dict[str, Any]:
     """Rebuild message fields from streamed deltas, as an OpenAI client does.
+
+    Args:
+        deltas: One choice's streamed deltas.
+        voided: Indices of calls voided after they opened (`StreamAssembler.voided`); they are
+            left out, as `assemble` leaves them out (their text is in `content`). A client of
+            the stream keeps them, with their partial arguments.
 
     Returns:
         The same shape as `assemble`; text channels are None when empty.
@@ -192,7 +203,7 @@ def accumulate(deltas: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {
         "content": "".join(content) or None,
         "reasoning_content": "".join(reasoning) or None,
-        "tool_calls": [calls[i] for i in sorted(calls)],
+        "tool_calls": [calls[i] for i in sorted(calls) if i not in voided],
     }
 
 

@@ -70,7 +70,11 @@ def index_tools(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]
 
 
 class CallSink:
-    """Collects a parser's events, numbers its calls and knows the request's tools."""
+    """Collects a parser's events, numbers its calls and knows the request's tools.
+
+    Events may be held back (`hold`) while it is open whether text is a call at all; they are
+    then released (`commit`) or dropped with the calls they numbered (`discard`).
+    """
 
     def __init__(self, tools: dict[str, dict[str, Any]] | None, new_id: Callable[[], str]) -> None:
         """Create a sink.
@@ -83,6 +87,7 @@ class CallSink:
         self._tools = tools
         self._new_id = new_id
         self._opened = 0
+        self._held: tuple[int, int] | None = None  # (first held event, calls opened before)
 
     def accepts(self, name: str) -> bool:
         """Whether a call to `name` may be emitted (undeclared names come back as content)."""
@@ -124,9 +129,33 @@ class CallSink:
         logger.warning("tool call %d turned invalid after it was streamed: %.200r", index, raw)
         self.events.append(ToolCallAbort(index, raw))
 
+    def hold(self) -> None:
+        """Keep the events from now on back from `take` until `commit` or `discard`."""
+        assert self._held is None, "events are already held"
+        self._held = (len(self.events), self._opened)
+
+    def commit(self) -> None:
+        """Release the held events to the next `take`."""
+        assert self._held is not None, "commit() without hold()"
+        self._held = None
+
+    def discard(self) -> None:
+        """Drop the held events; the calls they opened are numbered afresh later."""
+        assert self._held is not None, "discard() without hold()"
+        first, self._opened = self._held
+        del self.events[first:]
+        self._held = None
+
     def take(self) -> list[ParserEvent]:
-        """The events collected since the last call."""
-        out, self.events = self.events, []
+        """The events collected since the last call, less any held back."""
+        if self._held is None:
+            out, self.events = self.events, []
+            return out
+        first, opened = self._held
+        if first == 0:
+            return []
+        out, self.events = self.events[:first], self.events[first:]
+        self._held = (0, opened)
         return out
 
 

@@ -3,7 +3,8 @@
 Used after an opener by Phi-4-mini (`functools[...]`), old Mistral (`[TOOL_CALLS] [...]`) and
 Llama 3 JSON (`{...}; {...}`, no brackets). List markup (opener, brackets, separators) is
 dropped once one element is a valid call; an invalid element comes back verbatim as content,
-and a list with no valid call comes back whole, so nothing the model wrote is lost.
+and a list with no valid call comes back whole, so nothing the model wrote is lost. A bare list
+(`bare.py`) is all calls or none: it must close with its bracket and hold only valid calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class CallListReader:
         opening: str = "[",
         separator: str = ",",
         closing: str = "]",
+        bare: bool = False,
     ) -> None:
         """Create a reader.
 
@@ -36,12 +38,15 @@ class CallListReader:
             opening: The bracket that opens the list, or "" for none.
             separator: What separates elements.
             closing: The bracket that closes the list, or "" (it ends at anything else).
+            bare: The list stands without markup (`bare.py`): an invalid element, a missing
+                closing bracket or no call at all make the whole list INVALID.
         """
         self._sink = sink
         self._pos = start
         self._mark = mark  # start of markup not yet returned or dropped; -1: none pending
         self._opening, self._separator, self._closing = opening, separator, closing
         self._state = _OPEN if opening else _ELEM
+        self._bare = bare
         self._reader = JsonCallReader(sink, start)
         self._valid = False
         self.status = CallStatus.READING
@@ -52,7 +57,8 @@ class CallListReader:
 
         Returns:
             DONE once the list ended (`end` is the offset after it), INVALID when the opening
-            bracket is missing (nothing was emitted), else READING.
+            bracket is missing (nothing was emitted) or a bare list is not all calls (its
+            events must be discarded), else READING.
         """
         while self.status is CallStatus.READING and self._step(buf, final):
             pass
@@ -76,7 +82,7 @@ class CallListReader:
                 self._pos, self._state = p, _SEP
                 return True
             self._mark = p if self._mark < 0 else self._mark
-            self._reader = JsonCallReader(self._sink, p)
+            self._reader = JsonCallReader(self._sink, p, bare=self._bare)
             self._pos, self._state = p, _CALL
         elif state == _CALL:
             status = self._reader.advance(buf, final)
@@ -85,6 +91,9 @@ class CallListReader:
             if status is CallStatus.DONE:
                 self._valid, self._mark = True, -1
                 self._pos, self._state = self._reader.end, _SEP
+            elif self._bare:
+                self.status = CallStatus.INVALID
+                return False
             else:
                 self._state = _RAW
         elif state == _RAW:
@@ -101,12 +110,15 @@ class CallListReader:
                 self._pos, self._state = p + len(self._separator), _ELEM
             elif self._closing and match_literal(buf, p, self._closing) is Look.MATCH:
                 self._mark = self._pos if self._mark < 0 else self._mark
-                self._close(buf, p + len(self._closing))
+                self._close(buf, p + len(self._closing), True)
             else:  # the list ends without its closing bracket; what follows is content
-                self._close(buf, self._pos)
+                self._close(buf, self._pos, not self._closing)
         return True
 
-    def _close(self, buf: str, end: int) -> None:
+    def _close(self, buf: str, end: int, closed: bool) -> None:
+        if self._bare and not (closed and self._valid):
+            self.status = CallStatus.INVALID
+            return
         if self._mark >= 0 and not self._valid:
             self._sink.content(buf[self._mark : end])
         self.end, self.status = end, CallStatus.DONE

@@ -5,9 +5,10 @@ Format (Meta Llama 3.1/3.2/3.3 model cards, "JSON based tool calling"; vLLM
 
     {"name": "f", "parameters": {...}}
 
-optionally after `<|python_tag|>`, parallel calls joined by `; `. `arguments` is accepted for
-`parameters`. Output starting with `{` (after whitespace) or containing `<|python_tag|>` is read
-as calls; JSON that is not a call (e.g. an answer the user asked for in JSON) stays content.
+optionally after `<|python_tag|>`, parallel calls joined by `; ` or written as one JSON array
+`[{...}, {...}]` (as Llama 3.2/3.3 often do). `arguments` is accepted for `parameters`. Output
+starting with `{` or `[` (after whitespace) or containing `<|python_tag|>` is read as calls; JSON
+that is not a call (e.g. an answer the user asked for in JSON) stays content.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from deployments.toolcalls.call_list import CallListReader
 from deployments.toolcalls.reader import CallStatus
 from deployments.toolcalls.scan import skip_ws
 
-_START, _CONTENT, _LIST = range(3)
+_START, _CONTENT, _KIND, _LIST = range(4)
 
 
 class Llama3JsonParser(ToolParser):
-    """Parser for `{"name", "parameters"}` objects separated by `;`."""
+    """Parser for `{"name", "parameters"}` objects separated by `;`, or a JSON array of them."""
 
     PYTHON_TAG = "<|python_tag|>"
     CALL_OPENERS = (PYTHON_TAG,)
@@ -40,16 +41,21 @@ class Llama3JsonParser(ToolParser):
             p = skip_ws(buf, self._pos)
             if p == len(buf) and not final:
                 return False
-            if p < len(buf) and buf[p] == "{":
+            if p < len(buf) and buf[p] in "{[":
                 self._sink.content(buf[self._pos : p])
-                self._list = CallListReader(self._sink, p, p, "", ";", "")
-                self._state = _LIST
+                self._pos, self._mark, self._state = p, p, _KIND
             else:
                 self._state = _CONTENT
         elif state == _CONTENT:
             if self._content_until(self.CALL_OPENERS, final) is None:
                 return False
-            self._list = CallListReader(self._sink, self._pos, self._mark, "", ";", "")
+            self._state = _KIND
+        elif state == _KIND:  # `[` opens an array, anything else `;`-separated objects
+            p = skip_ws(buf, self._pos)
+            if p == len(buf) and not final:
+                return False
+            shape = ("[", ",", "]") if buf.startswith("[", p) else ("", ";", "")
+            self._list = CallListReader(self._sink, p, self._mark, *shape)
             self._state = _LIST
         else:
             if self._list.advance(buf, final) is CallStatus.READING:

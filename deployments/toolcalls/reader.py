@@ -11,6 +11,10 @@ The arguments string is the model's own text of the object, so streamed fragment
 prefixes of it (rule S2/S3) and non-ASCII stays literal (S10). A call opens only once its name
 is known and accepted and its arguments start with `{`; text that is not a valid call is
 reported `INVALID` and its parser hands the raw markup back as content (rule S5).
+
+A call is whole only once its JSON closed: an envelope's arguments keep their closing brace
+until the envelope itself ends, so a call cut off by `max_tokens` never streamed arguments that
+parse, and the output's end inside the JSON voids it (PROTOCOL.md S7, S11).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from deployments.toolcalls.base import CallSink
 from deployments.toolcalls.scan import JsonMember, JsonScanner, skip_ws
 
 ARGUMENT_KEYS = ("arguments", "parameters")
+ENVELOPE_KEYS = ("name", *ARGUMENT_KEYS)
 
 
 class CallStatus(enum.Enum):
@@ -36,7 +41,12 @@ class JsonCallReader:
     """Reads one call starting at an offset of its parser's buffer."""
 
     def __init__(
-        self, sink: CallSink, start: int, name: str | None = None, call_id: str | None = None
+        self,
+        sink: CallSink,
+        start: int,
+        name: str | None = None,
+        call_id: str | None = None,
+        bare: bool = False,
     ) -> None:
         """Create a reader.
 
@@ -46,12 +56,16 @@ class JsonCallReader:
             name: The function name when the markup carries it (arguments-only shape);
                 None to read an envelope.
             call_id: An id the markup carries (Mistral v11), else a fresh one is drawn.
+            bare: The envelope stands without markup (`bare.py`): only `name` and an object
+                `arguments`/`parameters` make it a call; any other key, arguments left out or
+                written as a string, make it no call.
         """
         self._sink = sink
         self._start = start
         self._name = name
         self._envelope = name is None
         self._call_id = call_id
+        self._bare = bare
         self._scanner: JsonScanner | None = None
         self._emitted = -1  # next argument offset to stream; -1: nothing (more) to stream
         self._args_done = False
@@ -78,25 +92,29 @@ class JsonCallReader:
                 self._emitted = p
         scanner = self._scanner
         scanner.advance(buf)
+        if self._bare and scanner.failed:
+            return self._invalid()  # bare JSON must be JSON (markup tolerates a missing brace)
+        ended = scanner.done or scanner.failed
         if self._envelope:
-            if not self._read_envelope(buf, scanner):
+            if not self._read_envelope(buf, scanner, ended):
                 return self._invalid()
         elif self._emitted >= 0:
             self._stream(buf, scanner.pos)
             self._args_done = scanner.done
-        if scanner.done or scanner.failed or final:
+        if ended or final:
             if (
                 self.index is None
                 and scanner.done
                 and self._name is not None
+                and not self._bare
                 and not self._member(scanner, ARGUMENT_KEYS)
             ):
                 self.index = self._sink.open(self._name, self._call_id)  # `{"name": "f"}`
                 self._sink.args(self.index, "{}")
                 self._args_done = True
-            if not self._args_done:
+            if not self._args_done:  # also: the output ended inside the JSON
                 return self._invalid()
-            self.end = scanner.pos if (scanner.done or scanner.failed) else len(buf)
+            self.end = scanner.pos
             self.status = CallStatus.DONE
         return self.status
 
@@ -113,8 +131,13 @@ class JsonCallReader:
             return self._scanner.pos
         return None
 
-    def _read_envelope(self, buf: str, scanner: JsonScanner) -> bool:
-        """Open and stream the call as far as the envelope allows; False if it is no call."""
+    def _read_envelope(self, buf: str, scanner: JsonScanner, ended: bool) -> bool:
+        """Open and stream the call as far as the envelope allows; False if it is no call.
+
+        `ended`: the envelope's JSON closed (or broke off after its members).
+        """
+        if self._bare and any(m.key not in ENVELOPE_KEYS for m in scanner.members):
+            return False
         if self._name is None:
             name_member = self._member(scanner, ("name",))
             if name_member is not None and name_member.value_end >= 0:
@@ -130,18 +153,25 @@ class JsonCallReader:
             if first == "{":
                 self.index = self._sink.open(self._name, self._call_id)
                 self._emitted = args.value_start
-            elif first == '"' and args.value_end >= 0:
+            elif first == '"' and not self._bare:
+                if args.value_end < 0:
+                    return True
                 inner = json.loads(buf[args.value_start : args.value_end]).strip()
                 if not _is_json_object(inner):
                     return False
-                self.index = self._sink.open(self._name, self._call_id)
-                self._sink.args(self.index, inner)
-                self._args_done = True
-            elif first != '"':
+                if ended:  # decoded, so it comes whole, and only once the envelope is whole
+                    self.index = self._sink.open(self._name, self._call_id)
+                    self._sink.args(self.index, inner)
+                    self._args_done = True
+                return True
+            else:
                 return False
         if self._emitted >= 0:
-            self._stream(buf, args.value_end if args.value_end >= 0 else scanner.pos)
-            self._args_done = args.value_end >= 0
+            stop = args.value_end if args.value_end >= 0 else scanner.pos
+            if args.value_end >= 0 and not ended:
+                stop -= 1  # the closing brace waits for the envelope's
+            self._stream(buf, stop)
+            self._args_done = ended and args.value_end >= 0
         return True
 
     def _stream(self, buf: str, stop: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -92,8 +93,8 @@ def test_lenient_mode_accepts_loose_pairing() -> None:
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
-    [("{not json", "not JSON"), ("[1]", "object"), (7, "valid")],
-    ids=["args-not-json", "args-not-object", "args-number"],
+    [("{not json", "not JSON"), ('{"a": 1', "not JSON"), (7, "valid")],
+    ids=["args-not-json", "args-unclosed", "args-number"],
 )
 def test_bad_call_shapes_are_400_when_the_request_is_parsed(args: Any, fragment: str) -> None:
     body = {"messages": [USER, {"role": "assistant", "tool_calls": [call("a", args)]}]}
@@ -101,3 +102,22 @@ def test_bad_call_shapes_are_400_when_the_request_is_parsed(args: Any, fragment:
         parse_request(ChatCompletionRequest, body)
     assert info.value.param == "messages[1].tool_calls[0].function.arguments"
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args", ["[]", "null", "42", " [1, 2] "], ids=["array", "null", "number", "list"]
+)
+def test_replayed_arguments_that_are_json_but_not_an_object_render_as_empty(
+    args: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #14: clients replay calls whose arguments a model wrote as other JSON; vLLM
+    accepts them and renders `{}`."""
+    history = [USER, {"role": "assistant", "tool_calls": [call("a", args)]}]
+    body = {"messages": [*history, {"role": "tool", "tool_call_id": "a", "content": "ok"}]}
+    request = parse_request(ChatCompletionRequest, body)
+    with caplog.at_level(logging.WARNING, logger="deployments.tool_history"):
+        out = normalize_history(request.messages)
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == {}
+    (record,) = caplog.records
+    assert "messages[1].tool_calls[0].function.arguments" in record.getMessage()
+    assert args.strip() in record.getMessage()

@@ -78,3 +78,13 @@ def test_server_snapshot_is_none_without_vllm_metrics() -> None:
         'vllm:kv_cache_usage_perc{model_name="m"} 0.0\n'
     )
     assert asyncio.run(go(200, mine)) == {"num_preemptions_total": 3.0, "kv_cache_usage_perc": 0.0}
+    replicas = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="m",replica="a"} 2\n'
+        'vllm:num_requests_running{model_name="m",replica="b"} 3\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{model_name="m",replica="a"} 0.5\n'
+        'vllm:kv_cache_usage_perc{model_name="m",replica="b"} 0.25\n'
+    )
+    summed = {"num_requests_running": 5.0, "kv_cache_usage_perc": 0.5}
+    assert asyncio.run(go(200, replicas)) == summed  # counts add up, KV usage is the fullest

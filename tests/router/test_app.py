@@ -9,6 +9,8 @@ from app_args import local_app_args
 from pydantic import ValidationError
 
 from configs.model_config import UNKNOWN_CONTEXT, DeploymentOptions, RouterAppConfig
+from configs.monitoring import MonitoringConfig
+from deployments.metrics_board import METRICS_BOARD
 from router.app import build_app
 from router.auth import authorized
 from router.load import LoadTracker, ModelLimits
@@ -97,6 +99,17 @@ def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None
     assert long._deployment_config.autoscaling_config.max_replicas == 3
     assert (long.max_ongoing_requests, long.max_queued_requests) == (7, 9)
     assert long.ray_actor_options == {"num_cpus": 0.25, "resources": {"NPU": 1}}
+
+
+def test_every_model_reports_to_the_applications_one_metrics_board() -> None:
+    _, models = build_app(local_app_args())._bound_deployment.init_args
+    boards = set()
+    for model in models.values():
+        _, board, monitoring = model._bound_deployment.init_args
+        boards.add(id(board))
+        assert board._bound_deployment.name == METRICS_BOARD
+        assert monitoring == MonitoringConfig().model_dump()
+    assert len(boards) == 1
 
 
 def test_configured_api_keys_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
-"""Helpers for tests against the running server: SSE parsing, the served model ids, and extra
-router applications in front of the local app's model deployments."""
+"""Helpers for tests against the running server: SSE parsing, the served model ids, extra router
+applications in front of the local app's model deployments, and side applications with models
+of their own."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app_args import served_app_args
 from ray import serve
 
 from configs.model_config import RouterAppConfig
-from router.app import model_handles, router_app
+from router.app import build_app, model_handles, router_app
 
 MODEL = "smollm2-long"
 """The model id the protocol tests pin (full context, tool parser)."""
@@ -50,6 +51,60 @@ def extra_router(serve_url: str, name: str, args: dict[str, Any]) -> Iterator[st
     serve.run(router_app(config, model_handles(config)), name=name, route_prefix=f"/{name}")
     try:
         yield f"{serve_url}/{name}"
+    finally:
+        serve.delete(name)
+
+
+SIDE_ENGINE = {"max_model_len": 1024, "kv_cache_memory_bytes": 64 << 20}
+"""Engine settings of a side application's models: small, so they load beside the local app's."""
+
+
+def side_model(model_id: str, base: str = FAST, **fields: Any) -> dict[str, Any]:
+    """A model config for a side application (`side_app`).
+
+    Args:
+        model_id: The new model's id.
+        base: The configs/local.yaml model (as served) whose config it starts from; its engine
+            gets `SIDE_ENGINE` and its replica a quarter CPU.
+        **fields: Config fields set on top (`engine_class`, `tool_parser`, ...).
+    """
+    cfg = next(m for m in local_args()["models"] if m["model_id"] == base)
+    return {
+        **cfg,
+        "model_id": model_id,
+        "engine": {**cfg["engine"], **SIDE_ENGINE},
+        "deployment": {**cfg["deployment"], "ray_actor_options": {"num_cpus": 0.25}},
+        **fields,
+    }
+
+
+@contextmanager
+def side_app(
+    serve_url: str, name: str, models: list[dict[str, Any]], **args: Any
+) -> Iterator[httpx.Client]:
+    """Run `models` behind a router of their own as application `name` (route prefix `/<name>`).
+
+    Args:
+        serve_url: Base URL of the shared Serve instance.
+        name: Application name, also the route prefix.
+        models: Model configs (`side_model`); requests default to them in this order.
+        **args: More `RouterAppConfig` args (timeouts, ...).
+
+    Yields:
+        A client on the application once `/health` says `ok`; the application is deleted
+        afterwards.
+    """
+    app_args = {
+        "models": models,
+        "policy": {"default_targets": [m["model_id"] for m in models]},
+        "router_deployment": {"ray_actor_options": {"num_cpus": 0.05}},
+        **args,
+    }
+    serve.run(build_app(app_args), name=name, route_prefix=f"/{name}")
+    try:
+        with httpx.Client(base_url=f"{serve_url}/{name}", timeout=180) as client:
+            wait_healthy(client)
+            yield client
     finally:
         serve.delete(name)
 

@@ -20,10 +20,9 @@ from typing import Any
 import httpx
 import pytest
 import ray
-from ray import serve
-from serve_helpers import FAST, MODEL, local_args, wait_healthy
+from dashboards import Exposition
+from serve_helpers import FAST, MODEL, local_args, side_app, side_model, wait_healthy
 
-from router.app import build_app
 from router.dispatch import FALLBACK_HEADER, MODEL_HEADER
 from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STALL_FAULT, STALL_S, STEP_FAULT
 
@@ -50,6 +49,14 @@ def _all_serving(http: httpx.Client) -> None:
 def _health_ok(http: httpx.Client) -> None:
     body = http.get("/health").json()
     assert (body["status"], body["down"]) == ("ok", {}), body
+
+
+def _engine_running(http: httpx.Client, model: str) -> float | None:
+    """Requests in the running batches of `model`'s replicas, from `/metrics` (None: none
+    reported)."""
+    rows = Exposition.parse(http.get("/metrics").text).samples.get("vllm:num_requests_running")
+    values = [v for labels, v in rows or [] if labels["model_name"] == model]
+    return sum(values) if values else None
 
 
 @pytest.mark.parametrize("value", [True, -1, 1.5, "x", [None]], ids=str)
@@ -99,35 +106,13 @@ def test_limits_are_configurable_and_named(serve_url: str) -> None:
 # ---- the fault-injection application ------------------------------------------------------
 
 
-def _fault_args() -> dict[str, Any]:
-    args = local_args()
-    base = next(m for m in args["models"] if m["model_id"] == FAST)
-    small = {"max_model_len": 1024, "kv_cache_memory_bytes": 64 << 20}
-    faulty = {**base, "model_id": "faulty", "engine_class": "tests.faulty_engine:FaultyEngine"}
-    faulty["engine"] = {**base["engine"], **small}
-    steady = {**base, "model_id": "steady", "engine": {**base["engine"], **small}}
-    for model in (faulty, steady):
-        model["deployment"] = {**base["deployment"], "ray_actor_options": {"num_cpus": 0.25}}
-    return {
-        "models": [faulty, steady],
-        "policy": {"default_targets": ["faulty", "steady"]},
-        "first_token_timeout_s": 10,
-        "inter_token_timeout_s": 4,
-        "health_cooldown_s": 1,
-        "router_deployment": {"ray_actor_options": {"num_cpus": 0.05}},
-    }
-
-
 @pytest.fixture(scope="module")
 def faults(serve_url: str) -> Iterator[httpx.Client]:
     """A client on the `/faults` application (deleted afterwards)."""
-    serve.run(build_app(_fault_args()), name="faults", route_prefix="/faults")
-    try:
-        with httpx.Client(base_url=f"{serve_url}/faults", timeout=180) as client:
-            wait_healthy(client)
-            yield client
-    finally:
-        serve.delete("faults")
+    faulty = side_model("faulty", engine_class="tests.faulty_engine:FaultyEngine")
+    timeouts = {"first_token_timeout_s": 10, "inter_token_timeout_s": 4, "health_cooldown_s": 1}
+    with side_app(serve_url, "faults", [faulty, side_model("steady")], **timeouts) as client:
+        yield client
 
 
 def _chat(client: httpx.Client, seed: int | None = None, **body: Any) -> httpx.Response:
@@ -190,8 +175,7 @@ def test_a_stalled_stream_ends_with_an_error_and_frees_its_request(faults: httpx
     assert events[-1] == "[DONE]" and "no output for 4" in events[-2], events[-2:]
     assert json.loads(events[-2])["error"]["code"] == "engine_error"
     deadline = time.monotonic() + 3 * STALL_S  # the abort lands after the stalled step
-    running = 'vllm:num_requests_running{model_name="faulty"} 0.0'
-    while running not in faults.get("/metrics").text:
+    while _engine_running(faults, "faulty") != 0:
         assert time.monotonic() < deadline, "the stalled request still runs in the engine"
         time.sleep(1)
     _health_ok(faults)

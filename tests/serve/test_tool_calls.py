@@ -205,3 +205,45 @@ def test_json_response_formats(client: openai.OpenAI) -> None:
 def test_bad_tool_requests_are_400(http: httpx.Client, body: dict[str, Any], param: str) -> None:
     resp = http.post("/v1/chat/completions", json={"model": MODEL, "messages": ASK, **body})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == param, resp.text
+
+
+def _replayed(arguments: str, stream: bool) -> dict[str, Any]:
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather"}}
+    call["function"]["arguments"] = arguments
+    history = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+    ]
+    return {
+        "model": MODEL,
+        "messages": history,
+        "tools": [WEATHER],
+        "max_tokens": 2,
+        "stream": stream,
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("arguments", ["[]", "null", "42"])
+def test_replayed_arguments_that_are_json_but_not_an_object_are_served(
+    http: httpx.Client, arguments: str, stream: bool
+) -> None:
+    """Issue #14: rendered as `{}` (with a warning in the replica's log), as vLLM does."""
+    body = _replayed(arguments, stream)
+    if stream:
+        status, (events, done) = post_stream(http, "/v1/chat/completions", body)
+        assert status == 200 and events and done
+    else:
+        resp = http.post("/v1/chat/completions", json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_replayed_arguments_that_are_not_json_are_400(http: httpx.Client, stream: bool) -> None:
+    status, body = post_stream(http, "/v1/chat/completions", _replayed("{not json", stream))
+    assert status == 400
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == "messages[1].tool_calls[0].function.arguments"

@@ -1,7 +1,9 @@
-"""`ascend-router parse-tools` end to end, as a subprocess (`python -m cli.main`)."""
+"""`ascend-router parse-tools` end to end, as a subprocess (`python -m cli.main`), and in this
+process (`cli.main.main`) for the many outputs of `AS_WRITTEN`."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
@@ -10,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolcall_cases import REPO_ROOT, SAMPLES, Sample, random_chunks, with_tools
+from toolcall_cases import REPO_ROOT, SAMPLES, random_chunks
+from toolcall_samples import AS_WRITTEN, Sample, with_tools
 
+from cli.main import main
 from deployments.toolcalls.registry import PARSERS
 
 # One sample with calls per parser.
@@ -29,10 +33,33 @@ def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[bytes]:
     )
 
 
+def run_cli_here(
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    *args: str,
+    stdin: str,
+) -> subprocess.CompletedProcess[bytes]:
+    """`run_cli` without a new interpreter (whose start-up imports take seconds)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8"))))
+    code = main(["parse-tools", *args])
+    out, err = capsysbinary.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
 def _tools_file(tmp_path: Path, tools: Any) -> str:
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(tools), encoding="utf-8")
     return str(path)
+
+
+def _sample_args(sample: Sample, tmp_path: Path) -> list[str]:
+    """The command line that parses `sample` as the server would."""
+    args = ["--parser", sample.parser, "--tools", _tools_file(tmp_path, with_tools(sample))]
+    args += ["--prompt-suffix", sample.prompt_suffix]
+    args += ["--engine-finish-reason", sample.engine_finish_reason]
+    if sample.tool_choice is not None:
+        args += ["--tool-choice", json.dumps(sample.tool_choice), "--constrained"]
+    return args
 
 
 def _expect(sample: Sample, proc: subprocess.CompletedProcess[bytes]) -> None:
@@ -41,7 +68,7 @@ def _expect(sample: Sample, proc: subprocess.CompletedProcess[bytes]) -> None:
     assert set(out) == {"content", "reasoning_content", "tool_calls", "finish_reason"}
     assert out["tool_calls"] == [{"name": n, "arguments": a} for n, a in sample.calls]
     assert out["content"] == sample.content and out["reasoning_content"] == sample.reasoning
-    assert out["finish_reason"] == ("tool_calls" if sample.calls else "stop")
+    assert out["finish_reason"] == sample.finish_reason
 
 
 def test_list_prints_every_parser() -> None:
@@ -53,26 +80,35 @@ def test_list_prints_every_parser() -> None:
 @pytest.mark.parametrize("parser", list(PARSERS))
 def test_parse_with_every_parser(parser: str, tmp_path: Path) -> None:
     sample = ONE_PER_PARSER[parser]
-    args = ["--parser", parser, "--tools", _tools_file(tmp_path, with_tools(sample))]
-    if sample.prompt_suffix:
-        args += ["--prompt-suffix", sample.prompt_suffix]
-    _expect(sample, run_cli(*args, stdin=sample.raw))
+    _expect(sample, run_cli(*_sample_args(sample, tmp_path), stdin=sample.raw))
 
 
 @pytest.mark.parametrize("parser", list(PARSERS))
 def test_stream_chunks_with_every_parser(parser: str, tmp_path: Path) -> None:
     sample = ONE_PER_PARSER[parser]
     chunks = random_chunks(sample.raw, random.Random(parser), max_len=4)
-    args = [
-        "--parser",
-        parser,
-        "--tools",
-        _tools_file(tmp_path, with_tools(sample)),
-        "--stream-chunks",
-        "--prompt-suffix",
-        sample.prompt_suffix,
-    ]
+    args = [*_sample_args(sample, tmp_path), "--stream-chunks"]
     _expect(sample, run_cli(*args, stdin=json.dumps(chunks)))
+
+
+@pytest.mark.parametrize("chunking", ["whole", "stream-random", "stream-one-char"])
+@pytest.mark.parametrize("sample", AS_WRITTEN, ids=[s.id for s in AS_WRITTEN])
+def test_outputs_as_models_write_them(
+    sample: Sample,
+    chunking: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    """Issue #14, section 4: bare calls, llama3 arrays, calls cut by max_tokens."""
+    args = _sample_args(sample, tmp_path)
+    if chunking == "whole":
+        _expect(sample, run_cli_here(monkeypatch, capsysbinary, *args, stdin=sample.raw))
+        return
+    rng = random.Random(sample.id)
+    chunks = list(sample.raw) if chunking == "stream-one-char" else random_chunks(sample.raw, rng)
+    args += ["--stream-chunks"]
+    _expect(sample, run_cli_here(monkeypatch, capsysbinary, *args, stdin=json.dumps(chunks)))
 
 
 def test_tool_choice_none_returns_text(tmp_path: Path) -> None:

@@ -16,21 +16,20 @@ from toolcall_cases import (
     MARKUP,
     PARSER_BY_CASE_FAMILY,
     SAMPLES,
-    Sample,
     case_tools,
     load_cases,
     parse_chunks,
     random_chunks,
     summary,
-    with_tools,
 )
+from toolcall_samples import Sample, with_tools
 
 from deployments.toolcalls.assemble import accumulate
 
 RANDOM_CHUNKINGS = 6
 
-# (id, parser, tools, raw, prompt_suffix, stream_equal)
-INPUTS: list[tuple[str, str, Any, str, str, bool]] = [
+# (id, parser, tools, raw, prompt_suffix, stream_equal, tool_choice)
+INPUTS: list[tuple[str, str, Any, str, str, bool, Any]] = [
     (
         c["id"],
         PARSER_BY_CASE_FAMILY[c["family"]],
@@ -38,9 +37,13 @@ INPUTS: list[tuple[str, str, Any, str, str, bool]] = [
         c["input"]["raw"],
         c["input"].get("prompt_suffix", ""),
         True,
+        None,
     )
     for c in load_cases()
-] + [(s.id, s.parser, with_tools(s), s.raw, s.prompt_suffix, s.stream_equal) for s in SAMPLES]
+] + [
+    (s.id, s.parser, with_tools(s), s.raw, s.prompt_suffix, s.stream_equal, s.tool_choice)
+    for s in SAMPLES
+]
 
 
 def _chunkings(raw: str, seed: str) -> list[list[str]]:
@@ -53,19 +56,19 @@ def _chunkings(raw: str, seed: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(
-    ("case_id", "parser", "tools", "raw", "suffix", "stream_equal"),
+    ("case_id", "parser", "tools", "raw", "suffix", "stream_equal", "choice"),
     INPUTS,
     ids=[i[0] for i in INPUTS],
 )
 def test_every_chunking_gives_the_same_message(
-    case_id: str, parser: str, tools: Any, raw: str, suffix: str, stream_equal: bool
+    case_id: str, parser: str, tools: Any, raw: str, suffix: str, stream_equal: bool, choice: Any
 ) -> None:
-    whole, _ = parse_chunks(parser, tools, [raw], suffix)
+    whole, _ = parse_chunks(parser, tools, [raw], suffix, choice)
     expected = summary(whole)
     for arguments in (c["function"]["arguments"] for c in whole["tool_calls"]):
         assert isinstance(json.loads(arguments), dict)
     for chunks in _chunkings(raw, case_id):
-        message, deltas = parse_chunks(parser, tools, chunks, suffix)
+        message, deltas = parse_chunks(parser, tools, chunks, suffix, choice)
         assert summary(message) == expected, chunks
         client = accumulate(deltas)
         if stream_equal:  # fragments concatenate exactly to the final arguments
@@ -89,7 +92,9 @@ def _check_deltas(deltas: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.id for s in SAMPLES])
 def test_sample_result(sample: Sample) -> None:
-    message, _ = parse_chunks(sample.parser, with_tools(sample), [sample.raw], sample.prompt_suffix)
+    message, _ = parse_chunks(
+        sample.parser, with_tools(sample), [sample.raw], sample.prompt_suffix, sample.tool_choice
+    )
     content, reasoning, calls = summary(message)
     assert content == sample.content
     assert reasoning == sample.reasoning

@@ -12,7 +12,8 @@ import json
 import random
 
 import pytest
-from toolcall_cases import TOOLS, parse_chunks, random_chunks, summary
+from toolcall_cases import parse_chunks, random_chunks, summary
+from toolcall_samples import TOOLS
 
 from deployments.toolcalls.assemble import accumulate, parse_text
 from deployments.toolcalls.events import ToolCallAbort
@@ -33,6 +34,12 @@ PIECES = {
         "{",
         "}",
         "hi ",
+        "```json\n",  # bare calls (no tags), fenced or in an array
+        "```",
+        "[",
+        "]",
+        ", ",
+        '{"name": "get_time", "parameters": {}, "x": 1}',
     ],
     "qwen3_coder": [
         "<tool_call>",
@@ -92,6 +99,9 @@ PIECES = {
         '{"a": 1}',
         "{",
         " ",
+        "[",  # the JSON-array form
+        "]",
+        ", ",
     ],
     "mistral": [
         "[TOOL_CALLS]",

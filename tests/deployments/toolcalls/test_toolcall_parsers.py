@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 import pytest
-from toolcall_cases import TOOLS, parse_chunks
+from toolcall_cases import parse_chunks
+from toolcall_samples import TOOLS
 
 from deployments.protocol.tools import ToolChoice, parse_tool_choice
 from deployments.toolcalls.assemble import StreamAssembler, accumulate, assemble, parse_text

@@ -2,17 +2,22 @@
 
 The cases live in `tests/data/toolcalls.json` (copied from the team's `shared/cases/`). Only cases with a recorded model output are used here (kinds `parse`,
 `stream`, and `tool_choice` with `input.raw`); request validation belongs to the server tests.
+`SAMPLES` are synthetic outputs per family (`Sample`, `TOOLS` and the `AS_WRITTEN` outputs, which
+the HTTP tests share, are in `tests/toolcall_samples.py`).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolcall_samples import AS_WRITTEN, Sample
+
+from deployments.protocol.tools import parse_tool_choice
 from deployments.toolcalls.assemble import StreamAssembler, assemble
+from deployments.toolcalls.choice import parser_for_choice
 from deployments.toolcalls.registry import get_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -59,30 +64,6 @@ def case_tools(case: dict[str, Any]) -> list[dict[str, Any]] | None:
     return case["input"].get("tools") or case["input"].get("request", {}).get("tools")
 
 
-@dataclass(frozen=True)
-class Sample:
-    """A synthetic output for one parser (covers parsers and shapes the cases do not)."""
-
-    id: str
-    parser: str
-    raw: str
-    calls: list[tuple[str, dict[str, Any]]]
-    content: str | None = None
-    reasoning: str | None = None
-    prompt_suffix: str = ""
-    tools: list[dict[str, Any]] | None = field(default=None)
-    stream_equal: bool = True  # False: a call turns invalid after streaming (rule S11)
-
-
-def _tool(name: str, **props: str) -> dict[str, Any]:
-    properties = {k: {"type": v} for k, v in props.items()}
-    return {
-        "type": "function",
-        "function": {"name": name, "parameters": {"type": "object", "properties": properties}},
-    }
-
-
-TOOLS = [_tool("get_weather", city="string", days="integer", units="array"), _tool("get_time")]
 _DS = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
 _DS_END = "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
 
@@ -219,11 +200,8 @@ SAMPLES = [
         [("get_time", {}), ("get_weather", {"city": "x"})],
         content="and",
     ),
+    *AS_WRITTEN,
 ]
-
-
-def with_tools(sample: Sample) -> list[dict[str, Any]]:
-    return sample.tools if sample.tools is not None else TOOLS
 
 
 def random_chunks(text: str, rng: random.Random, max_len: int = 8) -> list[str]:
@@ -237,14 +215,24 @@ def random_chunks(text: str, rng: random.Random, max_len: int = 8) -> list[str]:
 
 
 def parse_chunks(
-    parser_name: str, tools: Any, chunks: list[str], prompt_suffix: str = ""
+    parser_name: str,
+    tools: Any,
+    chunks: list[str],
+    prompt_suffix: str = "",
+    tool_choice: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Feed `chunks` to one parser; returns (assembled message, streamed deltas).
 
     The message is built from the events (non-streaming rules); the deltas come from a
-    `StreamAssembler` fed the same events.
+    `StreamAssembler` fed the same events. A `tool_choice` of "required" or a named function
+    reads the output as constrained decoding shaped it (as the server does).
     """
-    parser = get_parser(parser_name, tools, prompt_suffix)
+    if tool_choice is None:
+        parser = get_parser(parser_name, tools, prompt_suffix)
+    else:
+        choice = parse_tool_choice(tool_choice, tools)
+        constrained = choice.kind in ("required", "named")
+        parser = parser_for_choice(choice, parser_name, tools, prompt_suffix, constrained)
     stream = StreamAssembler()
     events, deltas = [], []
     for chunk in chunks:
