@@ -1,6 +1,6 @@
 """Gateway features on scripted model handles (no Ray): per-candidate preprocessing and the
 truncation permission, rate limits before routing, and the models API. The real stack is
-exercised in tests/serve/test_gateway_features.py."""
+exercised in tests/serve/test_operator_features.py."""
 
 from __future__ import annotations
 
