@@ -9,6 +9,7 @@ then charged to all of them; one tenant's or key's flood therefore empties only 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections import OrderedDict
@@ -22,8 +23,10 @@ from deployments.protocol.errors import OpenAIError
 LimitKind = Literal["requests", "tokens"]
 
 _MAX_BUCKETS = 65_536
-"""Buckets kept per scope; tenant values are sent by clients, so the least recently used are
-dropped beyond this (a dropped bucket starts full again: lenient, never unbounded memory)."""
+"""Buckets kept; tenant values are sent by clients, so the least recently used are dropped
+beyond this (a dropped bucket starts full again: lenient, never unbounded memory), and
+`per_tenant` buckets are keyed by a 16-byte digest of the value, so a long header costs no
+more than a short one."""
 
 
 class _Bucket:
@@ -130,8 +133,9 @@ class RateLimiter:
         if tenant:
             if tenant in limits.tenants:
                 out.append((f"tenant:{tenant}", tenant, limits.tenants[tenant]))
-            elif limits.per_tenant is not None:
-                out.append(("per_tenant", tenant, limits.per_tenant))
+            elif limits.per_tenant is not None:  # clients choose tenants: key by a digest
+                digest = hashlib.blake2b(tenant.encode(), digest_size=16).hexdigest()
+                out.append(("per_tenant", digest, limits.per_tenant))
         return out
 
     def _bucket(self, ident: tuple[str, str, LimitKind], per_minute: int, now: float) -> _Bucket:

@@ -76,3 +76,11 @@ def test_config_errors() -> None:
                 "b": KeyBudget(api_key="k", requests_per_minute=2),
             }
         )
+
+
+def test_per_tenant_buckets_do_not_grow_with_the_header() -> None:
+    rl, _ = limiter(per_tenant={"requests_per_minute": 1})
+    long_tenant = "t" * 20_000
+    assert rl.admit(None, long_tenant, 1) is None
+    assert rl.admit(None, long_tenant, 1) is not None, "the same tenant shares one bucket"
+    assert all(len(ident) <= 32 for _, ident, _ in rl._buckets), "keys are digests"
