@@ -19,6 +19,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cli.doctor_cmd",
     "cli.plan_cmd",
     "cli.tiny_models_cmd",
+    "cli.tiny_lora_cmd",
     "cli.quantize_cmd",
 )
 

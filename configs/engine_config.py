@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from configs.lora_config import LoraConfig
+
 
 class EngineConfig(BaseModel):
     """How one engine replica batches, caches and computes."""
@@ -170,4 +172,10 @@ class EngineConfig(BaseModel):
             "two threads, every op of the step waits at the team's barrier. Outputs are the same "
             "bits either way. 0: every step uses `num_threads`."
         ),
+    )
+    lora: LoraConfig | None = Field(
+        None,
+        description="Multi-LoRA serving (`configs.lora_config`): adapters, `max_loras`, "
+        "`max_lora_rank`, `max_cpu_loras`. None: LoRA off (no adapter can be loaded, and the "
+        "linears are not wrapped).",
     )

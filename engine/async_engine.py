@@ -61,6 +61,19 @@ class _Abort:
     request_id: str
 
 
+@dataclass(frozen=True)
+class _Call:
+    """Run `fn` on the engine thread between steps (adapter load/unload); its result or
+    exception settles `done`."""
+
+    fn: Callable[[LLMEngine], object]
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[object]
+
+
+_Command = _Add | _Abort | _Call
+
+
 class RequestStream:
     """The outputs of one queued request, until it finishes.
 
@@ -125,7 +138,7 @@ class AsyncEngine:
         self.engine: LLMEngine  # set on the engine thread by `build`
         self.metrics = metrics
         self._stall_timeout_s = stall_timeout_s
-        self._inbox: list[_Add | _Abort] = []
+        self._inbox: list[_Command] = []
         self._cond = threading.Condition()
         self._streams: dict[str, _Add] = {}
         self._stopped = False
@@ -185,6 +198,31 @@ class AsyncEngine:
             raise
         return RequestStream(self, add)
 
+    async def load_lora(self, name: str, path: str) -> None:
+        """Load a LoRA adapter (`LLMEngine.load_lora`) on the engine thread, between steps; the
+        adapter is read and checked there, so steps wait for the read.
+
+        Raises:
+            EngineDead: the engine loop is not running.
+            ValueError: the adapter is refused (the message names the option).
+        """
+        await self._call(lambda engine: engine.load_lora(name, path))
+
+    async def unload_lora(self, name: str) -> None:
+        """Unload a LoRA adapter (`LLMEngine.unload_lora`) on the engine thread.
+
+        Raises:
+            EngineDead: the engine loop is not running.
+            ValueError: unknown adapter, or requests using it are queued or running.
+        """
+        await self._call(lambda engine: engine.unload_lora(name))
+
+    async def _call(self, fn: Callable[[LLMEngine], object]) -> object:
+        loop = asyncio.get_running_loop()
+        call = _Call(fn, loop, loop.create_future())
+        self._send(call)
+        return await call.done
+
     def alive(self) -> bool:
         """Whether the engine loop runs and no step has been running for `stall_timeout_s`."""
         return self.dead_reason() is None
@@ -208,7 +246,7 @@ class AsyncEngine:
         self._thread.join(timeout=10)
         self.engine.shutdown()
 
-    def _send(self, cmd: _Add | _Abort) -> None:
+    def _send(self, cmd: _Command) -> None:
         with self._cond:
             if self._dead is None:
                 self._inbox.append(cmd)
@@ -216,6 +254,8 @@ class AsyncEngine:
                 return
         if isinstance(cmd, _Add):  # nobody will take it: fail it now
             _admit(cmd, EngineDead(self._dead))
+        elif isinstance(cmd, _Call):
+            _settle(cmd.loop, cmd.done, None, EngineDead(self._dead))
 
     def _deliver(self, out: RequestOutput, now: float) -> None:
         """Hand an output, from the step that ended at `now`, to its caller."""
@@ -233,11 +273,19 @@ class AsyncEngine:
             if not out.finished:
                 self.engine.abort(out.request_id)  # its KV blocks go back to the pool
 
-    def _apply(self, cmds: list[_Add | _Abort]) -> None:
+    def _apply(self, cmds: list[_Command]) -> None:
         for cmd in cmds:
             if isinstance(cmd, _Abort):
                 self.engine.abort(cmd.request_id)
                 self._streams.pop(cmd.request_id, None)
+                continue
+            if isinstance(cmd, _Call):
+                try:
+                    result = cmd.fn(self.engine)
+                except Exception as exc:  # the caller's error; the loop goes on
+                    _settle(cmd.loop, cmd.done, None, exc)
+                else:
+                    _settle(cmd.loop, cmd.done, result, None)
                 continue
             try:
                 self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params)
@@ -271,6 +319,8 @@ class AsyncEngine:
         for cmd in cmds:
             if isinstance(cmd, _Add):
                 _admit(cmd, EngineDead(reason))
+            elif isinstance(cmd, _Call):
+                _settle(cmd.loop, cmd.done, None, EngineDead(reason))
         now = time.monotonic()
         for rid in list(self._streams):
             stream = self._streams[rid]
@@ -318,3 +368,25 @@ def _admit(cmd: _Add, error: BaseException | None) -> None:
             cmd.admitted.set_exception(error)
 
     cmd.loop.call_soon_threadsafe(settle)
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[object],
+    result: object,
+    error: BaseException | None,
+) -> None:
+    """Settle a `_Call`'s future from the engine thread."""
+
+    def settle() -> None:
+        if future.done():  # the caller went away
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the caller's event loop is closed
+        pass

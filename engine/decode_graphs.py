@@ -11,7 +11,8 @@ Padding rows cost their share of a step's work but never touch a request's KV bl
 they write into the padding block only, and the kernels on the decode path compute every row on
 its own (batch-invariant GEMM, per-sequence attention), so a request's tokens do not depend on how
 much padding shares its step. Steps with prompt tokens (prefill, chunked prefill, a decode row that
-recomputes a prompt token) and decode steps larger than the largest size run eager.
+recomputes a prompt token), decode steps larger than the largest size and steps with a LoRA
+request (`engine.lora`: the graphs are captured without adapters) run eager.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ class DecodeGraphSpec:
 
     def bucket(self, step: StepInput) -> int | None:
         """The size `step` runs at, or None when it runs eager (not a pure decode step of
-        generated tokens, or larger than every size)."""
+        generated tokens, larger than every size, or with a LoRA request)."""
         n = len(step.q_lens)
         if n == 0 or n > self.batch_sizes[-1]:
             return None
         if any(q != 1 for q in step.q_lens):
             return None
         if any(s < p for s, p in zip(step.starts, step.prompt_lens, strict=True)):
+            return None
+        if step.lora_ids:  # LoRA updates run eager (`engine.lora.layer`); graphs hold none
             return None
         return self.batch_sizes[bisect.bisect_left(self.batch_sizes, n)]
 
@@ -70,4 +73,5 @@ def pad_decode_step(step: StepInput, size: int, pad_block: int) -> StepInput:
         block_tables=step.block_tables + [[pad_block]] * pad,
         rows=step.rows,
         prompt_lens=step.prompt_lens + [1] * pad,
+        lora_ids=step.lora_ids + (None,) * pad if step.lora_ids else (),
     )

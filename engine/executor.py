@@ -6,6 +6,7 @@ Start-up is three steps so the KV cache can be sized from measured memory: load 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
@@ -13,8 +14,11 @@ import torch
 from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.lora.adapter import LoraAdapter
+from engine.lora.model import LoraModel
 from engine.model_loader import weight_bytes
 from engine.model_runner import ModelRunner
+from engine.parallel.sharding import LinearShard
 from engine.step_input import StepInput
 from npu_ops.platform import current_platform
 
@@ -34,6 +38,16 @@ class Executor(Protocol):
     def execute(self, step: StepInput) -> torch.Tensor:
         """Logits `[len(step.rows), vocab_size]` float32 for the step."""
 
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """Module name -> unsharded `(in_features, out_features)` an adapter may target (only
+        with LoRA on)."""
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        """Put an adapter on the model's layers (every rank's share of it)."""
+
+    def remove_lora(self, lora_id: int) -> None:
+        """Take an adapter off the model's layers."""
+
     def shutdown(self) -> None:
         """Release ranks and devices."""
 
@@ -49,6 +63,9 @@ class ModelShard:
         graphs: decode steps to run as captured graphs (`engine.decode_graphs`); None runs
             every step eager. With graphs the cache holds one block more than the engine's
             block manager: the padding block of padded decode steps.
+        lora: wrap the model's linears for LoRA adapters (`engine.lora.model.LoraModel`).
+        lora_shards: under tensor parallel, what this rank kept of each linear (adapters are
+            sharded alike).
     """
 
     def __init__(
@@ -58,9 +75,12 @@ class ModelShard:
         block_size: int,
         device: torch.device,
         graphs: DecodeGraphSpec | None = None,
+        lora: bool = False,
+        lora_shards: Mapping[str, LinearShard] | None = None,
     ) -> None:
         self.graphs = graphs
         self.model = model
+        self.lora = LoraModel(model, device, lora_shards) if lora else None
         self.spec = spec
         self.block_size = block_size
         self.device = device
@@ -107,6 +127,21 @@ class ModelShard:
         """See `Executor.execute`."""
         assert self.runner is not None, "execute before allocate_kv"
         return self.runner.execute(step)
+
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """See `engine.lora.manager.LoraExecutor`."""
+        assert self.lora is not None, "LoRA is off for this model"
+        return self.lora.targets()
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        """See `engine.lora.manager.LoraExecutor`."""
+        assert self.lora is not None, "LoRA is off for this model"
+        self.lora.add(adapter)
+
+    def remove_lora(self, lora_id: int) -> None:
+        """See `engine.lora.manager.LoraExecutor`."""
+        assert self.lora is not None, "LoRA is off for this model"
+        self.lora.remove(lora_id)
 
 
 class LocalExecutor(ModelShard):

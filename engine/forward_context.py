@@ -3,6 +3,7 @@
 transformers calls our attention function and our linears with tensors only, so the per-step
 facts they need travel in a thread-local `ForwardContext` (vLLM's "forward context"):
 - `attention`: the paged-attention metadata (block tables, slots, masks).
+- `lora`: which rows run under which LoRA adapter (`engine.lora`).
 - `prompt_rows` / `generated_rows`: which tokens of the flattened batch are prompt tokens and
   which were generated. A token's layer inputs are computed by the same kernels whatever batch
   it shares (an int4 layer sends generated tokens through the int4 GEMV and prompt tokens
@@ -20,6 +21,7 @@ import torch
 
 if TYPE_CHECKING:
     from engine.attention import AttentionMetadata
+    from engine.lora.batch import LoraBatch
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,14 @@ class ForwardContext:
         attention: see `engine.attention.AttentionMetadata`.
         prompt_rows: `[P]` int64, positions in the flattened batch of prompt tokens.
         generated_rows: `[G]` int64, positions of generated tokens (`P + G = T`).
+        lora: the step's rows per LoRA adapter (`engine.lora.layer.LoraLinear` reads it); None
+            when every row runs on the base model (always so in graph steps).
     """
 
     attention: AttentionMetadata
     prompt_rows: torch.Tensor
     generated_rows: torch.Tensor
+    lora: LoraBatch | None = None
 
 
 _local = threading.local()

@@ -78,13 +78,18 @@ class MergedProjection(nn.Module):
             a missing bias as zeros), any other kind are called one by one.
         sizes: how the output splits into its parts (default: each part's `out_features`;
             Phi-3's one `qkv_proj` splits into q, k and v).
+        names: the HF module names (last component) of `parts`, e.g. `q_proj`; LoRA adapters
+            address the parts by them (`engine.lora.model`).
 
     The output is always the concatenation `[..., sum(sizes)]`.
     """
 
-    def __init__(self, parts: list[nn.Module], sizes: list[int] | None = None) -> None:
+    def __init__(
+        self, parts: list[nn.Module], sizes: list[int] | None = None, names: tuple[str, ...] = ()
+    ) -> None:
         super().__init__()
         self.sizes = sizes or [int(p.out_features) for p in parts]
+        self.names = names
         if len(parts) > 1 and all(type(p) is nn.Linear for p in parts):
             weight = torch.cat([p.weight.detach() for p in parts])
             has_bias = any(p.bias is not None for p in parts)
@@ -121,8 +126,12 @@ class RegistrySwiGLUMLP(nn.Module):
 
     def __init__(self, mlp: nn.Module) -> None:
         super().__init__()
-        parts = [mlp.gate_up_proj] if hasattr(mlp, "gate_up_proj") else [mlp.gate_proj, mlp.up_proj]
-        self.gate_up_proj = MergedProjection(parts)
+        if hasattr(mlp, "gate_up_proj"):  # Phi-3: [gate | up] already one layer
+            self.gate_up_proj = MergedProjection([mlp.gate_up_proj], names=("gate_up_proj",))
+        else:
+            self.gate_up_proj = MergedProjection(
+                [mlp.gate_proj, mlp.up_proj], names=("gate_proj", "up_proj")
+            )
         self.down_proj = mlp.down_proj
         self._ops = active_ops()
 
@@ -147,9 +156,11 @@ class RegistryAttention(nn.Module):
         if hasattr(attn, "qkv_proj"):  # Phi-3: [q | k | v] already one layer
             q = attn.config.num_attention_heads * self.head_dim
             kv = attn.config.num_key_value_heads * self.head_dim
-            self.qkv_proj = MergedProjection([attn.qkv_proj], [q, kv, kv])
+            self.qkv_proj = MergedProjection([attn.qkv_proj], [q, kv, kv], ("qkv_proj",))
         else:
-            self.qkv_proj = MergedProjection([attn.q_proj, attn.k_proj, attn.v_proj])
+            self.qkv_proj = MergedProjection(
+                [attn.q_proj, attn.k_proj, attn.v_proj], names=("q_proj", "k_proj", "v_proj")
+            )
         self.o_proj = attn.o_proj
         self.q_norm = _registry_norm(getattr(attn, "q_norm", None))
         self.k_norm = _registry_norm(getattr(attn, "k_norm", None))

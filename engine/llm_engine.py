@@ -20,6 +20,7 @@ from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import Executor, LocalExecutor
 from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
+from engine.lora.manager import LoraManager, LoraStats
 from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
 from engine.outputs import ErrorKind, RequestOutput, TokenLogprob
 from engine.sampler import prompt_logprobs, sample
@@ -34,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EngineStats:
-    """A snapshot of the engine's load, for metrics and routing."""
+    """A snapshot of the engine's load, for metrics and routing (`lora`: see
+    `engine.lora.manager.LoraStats`; None when LoRA is off)."""
 
     num_running: int
     num_waiting: int
@@ -44,6 +46,7 @@ class EngineStats:
     num_preemptions: int
     prefix_cache_queries: int
     prefix_cache_hits: int
+    lora: LoraStats | None = None
 
 
 def resolve_dtype(name: str, platform: Platform) -> torch.dtype:
@@ -64,8 +67,8 @@ class LLMEngine:
         expert_parallel: split MoE experts across the ranks instead of each expert's width.
 
     Raises:
-        ValueError: the checkpoint cannot be found or loaded, or the KV budget is too small
-            for one sequence of `max_model_len` tokens.
+        ValueError: the checkpoint cannot be found or loaded, the KV budget is too small
+            for one sequence of `max_model_len` tokens, or a start-up LoRA adapter is refused.
         RuntimeError: the ranks' devices could not be had in time.
     """
 
@@ -113,7 +116,9 @@ class LLMEngine:
                 config.batch_invariant,
                 activation_quantization=config.activation_quantization,
             )
-            self.executor = LocalExecutor(model, spec, config.block_size, self.device, graphs)
+            self.executor = LocalExecutor(
+                model, spec, config.block_size, self.device, graphs, lora=config.lora is not None
+            )
         else:
             if config.weight_quantization != "none" or config.output_quantization != "none":
                 raise ValueError(
@@ -132,8 +137,12 @@ class LLMEngine:
                 config.rank_num_cpus,
                 config.placement_timeout_s,
                 graphs,
+                lora=config.lora is not None,
             )
         try:
+            self.lora = None
+            if config.lora is not None:
+                self.lora = LoraManager(config.lora, self.executor, self.dtype)
             profile = None
             if platform.kind is not DeviceKind.CPU and config.num_kv_blocks is None:
                 profile = self.executor.profile(config.max_num_batched_tokens)
@@ -148,7 +157,10 @@ class LLMEngine:
             num_blocks, config.block_size, config.enable_prefix_caching
         )
         self.scheduler = Scheduler(
-            self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
+            self.block_manager,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            config.lora.max_loras if config.lora is not None else None,
         )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
@@ -183,7 +195,11 @@ class LLMEngine:
     ) -> None:
         """Queue a request. The caller has validated it (the model replica answers a bad one
         with a 400), so a prompt that is empty, out of vocabulary or over the context here is
-        a bug: `AssertionError`."""
+        a bug: `AssertionError`.
+
+        Raises:
+            ValueError: `params.lora` names no loaded adapter (or LoRA is off).
+        """
         n = len(prompt_token_ids)
         assert 0 < n and n + params.max_tokens <= self.max_model_len, (
             f"unchecked request {request_id}: {n} prompt tokens + max_tokens "
@@ -193,7 +209,11 @@ class LLMEngine:
             f"unchecked request {request_id}: a token id outside [0, {self.vocab_size})"
         )
         assert request_id not in self._seqs, f"duplicate request id {request_id}"
+        lora_id = None
+        if params.lora is not None:
+            lora_id = self._lora_on().ref(params.lora).lora_id
         seq = Sequence(request_id, list(prompt_token_ids), params, next(self._arrivals))
+        seq.lora_id = seq.cache_key = lora_id
         if params.seed is not None:
             seq.generator = torch.Generator().manual_seed(params.seed)
         self._seqs[request_id] = seq
@@ -211,6 +231,37 @@ class LLMEngine:
         """Forget a finished, failed or aborted sequence and free its KV blocks."""
         del self._seqs[seq.request_id]
         self.scheduler.remove(seq)
+
+    def load_lora(self, name: str, path: str) -> None:
+        """Load a PEFT adapter at run time (`LoraManager.load`); requests may name it now.
+
+        Raises:
+            ValueError: LoRA is off, or see `LoraManager.load`.
+        """
+        self._lora_on().load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        """Forget an adapter (`LoraManager.unload`).
+
+        Raises:
+            ValueError: LoRA is off, or see `LoraManager.unload` (unknown, or in use).
+        """
+        self._lora_on().unload(name, [s.lora_id for s in self._seqs.values()])
+
+    def lora_stats(self) -> LoraStats | None:
+        """Adapters registered, resident, running and waiting, and the load/evict counters;
+        None if LoRA is off."""
+        if self.lora is None:
+            return None
+        sched = self.scheduler
+        return self.lora.stats(
+            [s.lora_id for s in sched.running], [s.lora_id for s in sched.waiting]
+        )
+
+    def _lora_on(self) -> LoraManager:
+        if self.lora is None:
+            raise ValueError("LoRA is off for this model (no `engine.lora` section)")
+        return self.lora
 
     def shutdown(self) -> None:
         """Release the executor's ranks and devices."""
@@ -232,6 +283,7 @@ class LLMEngine:
             self.scheduler.num_preemptions,
             bm.stats.queries,
             bm.stats.hits,
+            self.lora_stats(),
         )
 
     # ---- the step -------------------------------------------------------------------------
@@ -284,6 +336,8 @@ class LLMEngine:
 
     @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
+        if self.lora is not None:
+            batch = self.lora.group(batch)
         rows, prompt_spans = self._rows(batch)
         step = StepInput.from_schedule(batch, rows)
         self._set_threads(len(step.token_ids))

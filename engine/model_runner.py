@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from engine.attention import AttentionMetadata
 from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
 from engine.forward_context import ForwardContext, forward_context
+from engine.lora.batch import LoraBatch
 from engine.step_input import StepInput
 from npu_ops.graph_mode import compile_graph
 from npu_ops.ops import active_ops
@@ -114,6 +115,7 @@ class ModelRunner:
             attention=meta,
             prompt_rows=torch.nonzero(~generated).flatten().to(dev),
             generated_rows=torch.nonzero(generated).flatten().to(dev),
+            lora=LoraBatch.from_step(step.lora_ids, step.q_lens) if step.lora_ids else None,
         )
         return q_pos, ctx
 

@@ -27,6 +27,8 @@ class SamplingParams:
         frequency_penalty: OpenAI frequency penalty in [-2, 2].
         constraint: a per-sequence token constraint (constrained decoding for `tool_choice`
             and `response_format`); None if unconstrained. Stateful: one per sequence.
+        lora: the name of the LoRA adapter the request runs under (`engine.lora`); None: the
+            base model. An unknown name makes `LLMEngine.add_request` raise `ValueError`.
     """
 
     max_tokens: int = 16
@@ -42,6 +44,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     constraint: TokenConstraint | None = None
+    lora: str | None = None
 
     @property
     def greedy(self) -> bool:

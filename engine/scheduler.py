@@ -55,12 +55,19 @@ class Scheduler:
         block_manager: KV block allocator.
         max_num_seqs: running sequences at most.
         max_num_batched_tokens: tokens per step at most (prefill chunks plus decodes).
+        max_loras: distinct LoRA adapters in the running batch at most (None: LoRA off);
+            a waiting sequence of a further adapter is passed over until one finishes.
     """
 
     def __init__(
-        self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_loras: int | None = None,
     ) -> None:
         self.block_manager = block_manager
+        self.max_loras = max_loras
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -116,10 +123,17 @@ class Scheduler:
             budget -= n
             i += 1
         # Freshly preempted work waits until the cache has room again.
+        adapters = {s.lora_id for s in self.running if s.lora_id is not None}
+        passed_over: list[Sequence] = []
         while (
             not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
         ):
             seq = self.waiting[0]
+            if seq.lora_id is not None and seq.lora_id not in adapters:
+                if self.max_loras is not None and len(adapters) >= self.max_loras:
+                    passed_over.append(self.waiting.popleft())
+                    continue
+                adapters.add(seq.lora_id)
             if not seq.block_table and seq.params.prompt_logprobs is None:
                 # prompt logprobs need every prompt position computed, so no cache hits then
                 self.block_manager.match_prefix(seq)
@@ -135,4 +149,5 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
             budget -= n
+        self.waiting.extendleft(reversed(passed_over))
         return SchedulerOutput(tuple(scheduled), preempted)

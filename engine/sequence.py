@@ -38,6 +38,8 @@ class Sequence:
             chained.
         cache_key: anything besides token ids that changes the KV (e.g. a LoRA id), hashed
             into every block; None for the base model.
+        lora_id: the adapter the sequence runs under (`engine.lora.adapter.LoraRef.lora_id`),
+            None for the base model; also its `cache_key`.
         scheduled_at: when the scheduler first admitted it to the running batch
             (`time.monotonic()` seconds; a preempted sequence keeps its first), or None.
     """
@@ -54,6 +56,7 @@ class Sequence:
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
     cache_key: int | None = None
+    lora_id: int | None = None
     prompt_logprobs_sent: bool = False
     scheduled_at: float | None = None
     _tokens: list[int] = field(init=False, repr=False)

@@ -24,6 +24,8 @@ class StepInput:
         rows: indices into the flattened batch whose logits are needed.
         prompt_lens: per sequence, its prompt length (tokens at positions past it were
             generated; see `engine.forward_context`).
+        lora_ids: per sequence, its LoRA adapter id (None: the base model); empty when no
+            sequence of the step has one.
     """
 
     token_ids: list[int]
@@ -32,11 +34,13 @@ class StepInput:
     block_tables: list[list[int]]
     rows: list[int]
     prompt_lens: list[int]
+    lora_ids: tuple[int | None, ...] = ()
 
     @classmethod
     def from_schedule(cls, batch: SchedulerOutput, rows: list[int]) -> StepInput:
         """Extract the step's data from scheduled sequences."""
         token_ids: list[int] = []
+        lora_ids = tuple(s.seq.lora_id for s in batch.scheduled)
         for s in batch.scheduled:
             start = s.seq.num_computed_tokens
             token_ids.extend(s.seq.token_ids()[start : start + s.num_new_tokens])
@@ -47,4 +51,5 @@ class StepInput:
             block_tables=[list(s.seq.block_table) for s in batch.scheduled],
             rows=rows,
             prompt_lens=[s.seq.num_prompt_tokens for s in batch.scheduled],
+            lora_ids=lora_ids if any(i is not None for i in lora_ids) else (),
         )

@@ -26,12 +26,21 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         self.weight = inner.weight
         self.bias = inner.bias
+        self.out_features, self.in_features = (int(n) for n in inner.weight.shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., in / world]` -> `[..., out]`, summed over ranks."""
-        out = nn.functional.linear(x, self.weight)
-        dist.all_reduce(out)
-        return out if self.bias is None else out + self.bias
+        return self.reduce(self.partial(x))
+
+    def partial(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's partial sum `[..., out]` (a LoRA update adds its own partial here, so
+        one all-reduce sums both: `engine.lora.layer`)."""
+        return nn.functional.linear(x, self.weight)
+
+    def reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum the ranks' partials (in place) and add the bias once."""
+        dist.all_reduce(partial)
+        return partial if self.bias is None else partial + self.bias
 
 
 class ReducedExperts(nn.Module):

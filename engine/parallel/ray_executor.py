@@ -17,6 +17,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
+from engine.lora.adapter import LoraAdapter
 from engine.parallel.worker import RankWorker
 from engine.step_input import StepInput
 from npu_ops.platform import DeviceKind, current_platform
@@ -45,6 +46,7 @@ class RayExecutor:
         rank_num_cpus: CPUs each rank reserves.
         placement_timeout_s: how long to wait for the ranks' resources.
         graphs: decode steps to run as captured graphs on every rank (None: every step eager).
+        lora: wrap every rank's linears for LoRA adapters (sharded like their base layers).
 
     Raises:
         RuntimeError: the placement group was not placed in time (names the resources asked
@@ -62,6 +64,7 @@ class RayExecutor:
         rank_num_cpus: float,
         placement_timeout_s: float,
         graphs: DecodeGraphSpec | None = None,
+        lora: bool = False,
     ) -> None:
         bundle = rank_bundle(rank_num_cpus)
         self.pg = placement_group([bundle] * world, strategy="STRICT_PACK")
@@ -90,7 +93,7 @@ class RayExecutor:
             port = ray.get(self.workers[0].open_rendezvous.remote(), timeout=placement_timeout_s)
             ray.get([w.join.remote(port) for w in self.workers], timeout=placement_timeout_s)
             loads = [
-                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, graphs)
+                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, graphs, lora)
                 for w in self.workers
             ]
             ray.get(loads, timeout=placement_timeout_s)
@@ -116,6 +119,21 @@ class RayExecutor:
         """See `Executor.execute`; raises if any rank fails."""
         outs = ray.get([w.execute.remote(step) for w in self.workers])
         return outs[0]
+
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """See `Executor.lora_targets` (rank 0's answer; every rank has the same)."""
+        targets: dict[str, tuple[int, int]] = ray.get(self.workers[0].lora_targets.remote())
+        return targets
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        """See `Executor.add_lora`: the whole adapter goes to every rank, which keeps its
+        share."""
+        ref = ray.put(adapter)
+        ray.get([w.add_lora.remote(ref) for w in self.workers])
+
+    def remove_lora(self, lora_id: int) -> None:
+        """See `Executor.remove_lora`."""
+        ray.get([w.remove_lora.remote(lora_id) for w in self.workers])
 
     def shutdown(self) -> None:
         """Stop the ranks and free their resources."""

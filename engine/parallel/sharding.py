@@ -11,11 +11,16 @@ rank so each rank holds matching q/k/v heads and gate/up columns. Rules, by laye
 * routed experts (3-D `gate_up_proj` / `down_proj` parameters): split each expert's
   intermediate size (tensor parallel) or split the experts (expert parallel);
 * everything else (embeddings, norms, routers, `kv_a_proj_with_mqa`, LM head) is replicated.
+
+`shard_model` can record what it kept of each linear (`LinearShard`), so LoRA adapters are
+sharded the same way (`engine.lora.model`): B's rows as a column-parallel base's, A's columns as
+a row-parallel base's (the S-LoRA / Punica scheme).
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,6 +30,23 @@ from engine.parallel.layers import ReducedExperts, RowParallelLinear
 
 _COLUMN = {"q_proj", "k_proj", "v_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj"}
 _ROW = {"o_proj", "down_proj"}
+
+
+@dataclass(frozen=True)
+class LinearShard:
+    """What one rank kept of a linear layer.
+
+    Attributes:
+        in_features: the unsharded layer's input width.
+        out_features: the unsharded layer's output width.
+        rows: the output rows kept (column parallel), None if all.
+        cols: the input columns kept (row parallel), None if all.
+    """
+
+    in_features: int
+    out_features: int
+    rows: torch.Tensor | None = None
+    cols: slice | None = None
 
 
 def _split(n: int, rank: int, world: int, what: str) -> slice:
@@ -66,9 +88,10 @@ def _column(
     world: int,
     name: str,
     fixed: dict[int, slice] | None = None,
-) -> None:
+) -> LinearShard:
     """Keep this rank's rows of every part (parts are consecutive row blocks); `fixed` gives
     explicit row slices for some parts (replicated K/V heads)."""
+    full = LinearShard(int(layer.in_features), int(layer.out_features))
     rows, offset = [], 0
     for i, size in enumerate(parts):
         s = (fixed or {}).get(i) or _split(size, rank, world, f"{name} rows")
@@ -79,12 +102,16 @@ def _column(
     if layer.bias is not None:
         layer.bias = nn.Parameter(layer.bias.data[keep].clone(), requires_grad=False)
     layer.out_features = len(keep)
+    return LinearShard(full.in_features, full.out_features, rows=keep)
 
 
-def _row(layer: nn.Linear, rank: int, world: int, name: str) -> RowParallelLinear:
+def _row(
+    layer: nn.Linear, rank: int, world: int, name: str
+) -> tuple[RowParallelLinear, LinearShard]:
     cols = _split(layer.in_features, rank, world, f"{name} columns")
+    full = LinearShard(int(layer.in_features), int(layer.out_features), cols=cols)
     layer.weight = nn.Parameter(layer.weight.data[:, cols].clone(), requires_grad=False)
-    return RowParallelLinear(layer)
+    return RowParallelLinear(layer), full
 
 
 def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) -> ReducedExperts:
@@ -125,7 +152,12 @@ def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) ->
 
 
 def shard_model(
-    model: nn.Module, config: PretrainedConfig, rank: int, world: int, expert_parallel: bool
+    model: nn.Module,
+    config: PretrainedConfig,
+    rank: int,
+    world: int,
+    expert_parallel: bool,
+    plan: dict[str, LinearShard] | None = None,
 ) -> nn.Module:
     """Turn a full model into rank `rank`'s shard in place (needs an initialised process group).
 
@@ -135,6 +167,8 @@ def shard_model(
         rank: this rank.
         world: tensor parallel size.
         expert_parallel: split routed experts instead of each expert's width.
+        plan: if given, filled with what this rank kept of each sharded linear, by module name
+            (replicated linears are not listed).
 
     Raises:
         ValueError: a head count, intermediate size or expert count is not divisible by
@@ -145,25 +179,29 @@ def shard_model(
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    for parent in list(model.modules()):
+    kept: dict[str, LinearShard] = {} if plan is None else plan
+    for parent_name, parent in list(model.named_modules()):
         if hasattr(parent, "o_proj"):
             _attention_attrs(parent, config, world)
         for name, child in list(parent.named_children()):
+            full_name = f"{parent_name}.{name}" if parent_name else name
             if name == "experts" and isinstance(getattr(child, "gate_up_proj", None), nn.Parameter):
                 setattr(parent, name, _experts(child, rank, world, expert_parallel))
             elif not isinstance(child, nn.Linear):
                 continue
             elif name in ("k_proj", "v_proj") and kv_heads % world:
                 kv = _kv_rows(kv_heads, head_dim, rank, world)
-                _column(child, [child.out_features], rank, world, name, {0: kv})
+                kept[full_name] = _column(child, [child.out_features], rank, world, name, {0: kv})
             elif name in _COLUMN:
-                _column(child, [child.out_features], rank, world, name)
+                kept[full_name] = _column(child, [child.out_features], rank, world, name)
             elif name == "qkv_proj":
                 parts = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
                 kv = _kv_rows(kv_heads, head_dim, rank, world)
-                _column(child, parts, rank, world, name, {1: kv, 2: kv})
+                kept[full_name] = _column(child, parts, rank, world, name, {1: kv, 2: kv})
             elif name == "gate_up_proj":
-                _column(child, [child.out_features // 2] * 2, rank, world, name)
+                parts = [child.out_features // 2] * 2
+                kept[full_name] = _column(child, parts, rank, world, name)
             elif name in _ROW:
-                setattr(parent, name, _row(child, rank, world, name))
+                layer, kept[full_name] = _row(child, rank, world, name)
+                setattr(parent, name, layer)
     return model

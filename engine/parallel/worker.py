@@ -13,8 +13,9 @@ from engine.executor import ModelShard
 from engine.fused_layers import use_fused_layers
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
+from engine.lora.adapter import LoraAdapter
 from engine.model_loader import CheckpointRef, load_model
-from engine.parallel.sharding import shard_model
+from engine.parallel.sharding import LinearShard, shard_model
 from engine.step_input import StepInput
 from npu_ops.platform import current_platform
 
@@ -83,6 +84,7 @@ class RankWorker:
         dtype: torch.dtype,
         expert_parallel: bool,
         graphs: DecodeGraphSpec | None = None,
+        lora: bool = False,
     ) -> None:
         """Load the checkpoint and keep this rank's shard.
 
@@ -93,13 +95,15 @@ class RankWorker:
             dtype: weights dtype.
             expert_parallel: split MoE experts across ranks instead of each expert's width.
             graphs: decode steps to run as captured graphs (None: every step eager).
+            lora: wrap the linears for LoRA adapters, sharded like their base layers.
         """
         platform = current_platform()
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
         model = load_model(CheckpointRef.from_path(checkpoint), dtype, device, fused_layers=False)
-        shard_model(model, model.config, self.rank, self.world, expert_parallel)
+        plan: dict[str, LinearShard] = {}
+        shard_model(model, model.config, self.rank, self.world, expert_parallel, plan)
         use_fused_layers(model)
-        self.shard = ModelShard(model, spec, block_size, device, graphs)
+        self.shard = ModelShard(model, spec, block_size, device, graphs, lora, plan)
         logger.info(
             "rank %d/%d ready on %s (%s)", self.rank, self.world, device, platform.dist_backend
         )
@@ -120,6 +124,18 @@ class RankWorker:
         """Run the step on this shard; rank 0 returns the logits (on the CPU), others None."""
         logits = self.shard.execute(step)
         return logits.cpu() if self.rank == 0 else None
+
+    def lora_targets(self) -> dict[str, tuple[int, int]]:
+        """See `ModelShard.lora_targets` (unsharded shapes, the same on every rank)."""
+        return self.shard.lora_targets()
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        """See `ModelShard.add_lora`: this rank keeps its share of the adapter."""
+        self.shard.add_lora(adapter)
+
+    def remove_lora(self, lora_id: int) -> None:
+        """See `ModelShard.remove_lora`."""
+        self.shard.remove_lora(lora_id)
 
     def shutdown(self) -> None:
         """Leave the process group."""

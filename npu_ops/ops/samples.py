@@ -199,6 +199,7 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             torch.rand(t, generator=g) * 1e-2,
             half,
         ),
+        "grouped_lora": lambda: _lora_case(g, s),
     }
     if op not in builders:
         raise ValueError(f"no preflight inputs for op {op!r}")
@@ -225,3 +226,18 @@ def _combine_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
     _, row_idx, _ = moe_routing.moe_dispatch(torch.zeros(t, 1), ids, s.softmax_experts)
     weights = torch.rand(t, k, generator=g).softmax(dim=-1).to(s.dtype)
     return (_randn(g, t * k, s.hidden_size, dtype=s.dtype), row_idx, weights, ids)
+
+
+def _lora_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    """Three adapters of ranks 8, 16 and 64 over a q projection, base rows between them."""
+    t, h, dt = s.num_tokens, s.hidden_size, s.dtype
+    out = s.num_heads * s.k_head_dim
+    ranks, bounds = (8, 16, 64), ((1, t // 4), (t // 4, t // 2), (t // 2 + 3, t))
+    return (
+        _randn(g, t, out, dtype=dt),
+        _randn(g, t, h, dtype=dt),
+        [_randn(g, r, h, dtype=dt, scale=h**-0.5) for r in ranks],
+        [_randn(g, out, r, dtype=dt, scale=r**-0.5) for r in ranks],
+        [b[0] for b in bounds],
+        [b[1] for b in bounds],
+    )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from npu_ops.ops import activation, attention, moe_gating, moe_routing, norm, quant
+from npu_ops.ops import activation, attention, lora, moe_gating, moe_routing, norm, quant
 
 torch.manual_seed(0)
 
@@ -280,3 +280,17 @@ def test_quant_matmul_rejects_float_inputs() -> None:
         quant.quant_matmul(
             torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2), torch.ones(2), torch.bfloat16
         )
+
+
+def test_grouped_lora_adds_each_groups_update_row_by_row() -> None:
+    x, y = torch.randn(10, 12, dtype=torch.float64), torch.randn(10, 6, dtype=torch.float64)
+    a = [torch.randn(r, 12, dtype=torch.float64) for r in (2, 5)]
+    b = [torch.randn(6, r, dtype=torch.float64) for r in (2, 5)]
+    groups = [(0, 1, 4), (1, 6, 9)]  # rows 0, 4, 5 and 9 run on the base model
+    want = y.clone()
+    for g, start, stop in groups:
+        for row in range(start, stop):
+            want[row] += b[g] @ (a[g] @ x[row])
+    got = lora.grouped_lora(y, x, a, b, [1, 6], [4, 9])
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(got, y), "y itself is left as it was"
