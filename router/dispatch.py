@@ -54,8 +54,8 @@ class Routed:
         rule: What decided (`Decision.rule`).
         reason: Why (`Decision.reason`).
         fallback: Models tried before `model`, in order.
-        result: The response or `ErrorResponse` (non-streamed), or the started stream.
-        retry_after_s: `Retry-After` seconds, for a 429.
+        result: The response or `ErrorResponse` (non-streamed; a 429 carries its
+            `retry_after_s`), or the started stream.
         preprocess: What gateway preprocessing did to the request `model` answered.
     """
 
@@ -64,7 +64,6 @@ class Routed:
     reason: str
     fallback: tuple[str, ...]
     result: BaseModel | ModelStream
-    retry_after_s: int | None = None
     preprocess: PreprocessReport | None = None
 
     @property
@@ -74,7 +73,8 @@ class Routed:
         return first.status_code if isinstance(first, ErrorResponse) else 200
 
     def headers(self) -> dict[str, str]:
-        """The decision headers, `Retry-After` for a 429, and the preprocessing header."""
+        """The decision headers and the preprocessing header (`Retry-After` comes with the
+        error: `router.http_errors.error_json`)."""
         headers = {
             MODEL_HEADER: self.model,
             RULE_HEADER: self.rule,
@@ -82,8 +82,6 @@ class Routed:
         }
         if self.fallback:
             headers[FALLBACK_HEADER] = ",".join(self.fallback)
-        if self.retry_after_s is not None:
-            headers["retry-after"] = str(self.retry_after_s)
         summary = self.preprocess.header() if self.preprocess is not None else None
         if summary is not None:
             headers[PREPROCESS_HEADER] = summary
@@ -160,9 +158,7 @@ async def dispatch(
             passed = _pass_reason(answer, last)
             if passed is None:
                 report = getattr(answer, "preprocess_report", None)
-                return Routed(
-                    model, decision.rule, decision.reason, tuple(tried), result, None, report
-                )
+                return Routed(model, decision.rule, decision.reason, tuple(tried), result, report)
             if isinstance(result, ModelStream):
                 result.close()
             assert isinstance(answer, ErrorResponse)
@@ -172,12 +168,6 @@ async def dispatch(
         metrics.fallbacks.labels(model, reason).inc()
         tried.append(model)
         failures.append(detail)
-    error = saturated_error if saturated else unavailable_error
-    return Routed(
-        tried[-1],
-        decision.rule,
-        decision.reason,
-        tuple(tried[:-1]),
-        error("; ".join(failures)).response(),
-        retry_after_s if saturated else None,
-    )
+    detail = "; ".join(failures)
+    error = saturated_error(detail, retry_after_s) if saturated else unavailable_error(detail)
+    return Routed(tried[-1], decision.rule, decision.reason, tuple(tried[:-1]), error.response())

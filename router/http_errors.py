@@ -26,12 +26,13 @@ def policy_error(exc: PolicyError | NoHealthyModel) -> OpenAIError:
     return OpenAIError(str(exc), param=exc.param)
 
 
-def saturated_error(detail: str) -> OpenAIError:
-    """429: every candidate model is at its queue limit (send with `Retry-After`)."""
+def saturated_error(detail: str, retry_after_s: int) -> OpenAIError:
+    """429: every candidate model is at its queue limit (sent with `Retry-After`)."""
     return OpenAIError(
         f"every model that can serve this request is at its queue limit, retry later: {detail}",
         status_code=429,
         code="rate_limit_exceeded",
+        retry_after_s=retry_after_s,
     )
 
 
