@@ -30,8 +30,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run every check and print the report; returns the exit status."""
     from configs.serve_file import load_app_config
-    from npu_ops.doctor.report import exit_status
-    from npu_ops.doctor.run import DoctorContext, run_doctor
+    from engine.doctor.report import exit_status
+    from engine.doctor.run import DoctorContext, run_doctor
     from npu_ops.report_table import format_table
 
     config = None

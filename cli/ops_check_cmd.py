@@ -50,9 +50,9 @@ def _shapes(args: argparse.Namespace, platform: Platform) -> OpShapes:
     import torch
 
     from configs.serve_file import load_app_config, pick_model
+    from engine.planning.memory_plan import plan_dtype
+    from engine.planning.model_facts import model_facts
     from npu_ops.ops.samples import OpShapes
-    from npu_ops.planning.memory_plan import plan_dtype
-    from npu_ops.planning.model_facts import model_facts
 
     default_dtype = torch.float32 if platform.kind.value == "cpu" else torch.bfloat16
     if not args.config:

@@ -5,7 +5,7 @@
 
 For each deployment: weights (total and per rank), KV bytes per token per rank, the KV budget
 and blocks that fit at `gpu_memory_utilization`, and how many sequences fit at full context.
-Formulas and the activation reserve are documented in `npu_ops/planning/memory_plan.py`.
+Formulas and the activation reserve are documented in `engine/planning/memory_plan.py`.
 Exit status 0 when every deployment fits, 1 when one cannot (a line says which and why), 2 on
 an unreadable or invalid config. Heavy imports happen when the command runs.
 """
@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from npu_ops.planning.memory_plan import DeploymentPlan
+    from engine.planning.memory_plan import DeploymentPlan
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
 
 
 def _row(plan: DeploymentPlan) -> list[str]:
-    from npu_ops.planning.memory_plan import gib
+    from engine.planning.memory_plan import gib
 
     dtype = str(plan.dtype).removeprefix("torch.")
     return [
@@ -59,8 +59,8 @@ def _row(plan: DeploymentPlan) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Plan every deployment of the config; returns the exit status."""
     from configs.serve_file import load_app_config
-    from npu_ops.planning.memory_plan import ACTIVATION_RESERVE_BYTES, gib, plan_deployment
-    from npu_ops.planning.model_facts import model_facts
+    from engine.planning.memory_plan import ACTIVATION_RESERVE_BYTES, gib, plan_deployment
+    from engine.planning.model_facts import model_facts
     from npu_ops.report_table import format_table
 
     try:

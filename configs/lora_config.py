@@ -10,6 +10,7 @@ recently used one is evicted and re-read from disk when a request needs it again
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -43,13 +44,19 @@ class LoraModule(BaseModel):
     )
     path: str = Field(
         description="A PEFT adapter directory holding `adapter_config.json` and "
-        "`adapter_model.safetensors`."
+        "`adapter_model.safetensors`; a relative path is taken from the directory the config "
+        "is loaded in (where `serve run` starts)."
     )
 
     @field_validator("name")
     @classmethod
     def _valid_name(cls, name: str) -> str:
         return check_adapter_name(name)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        return str(Path(path).expanduser().resolve())
 
 
 class LoraConfig(BaseModel):
@@ -83,8 +90,37 @@ class LoraConfig(BaseModel):
         "Default: `max_loras`. Must be at least `max_loras`.",
     )
 
+    allow_runtime_lora: bool = Field(
+        False,
+        description="Accept `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` for this "
+        "model (vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING`); needs `lora_root`.",
+    )
+    lora_root: str | None = Field(
+        None,
+        description="The directory every runtime-loaded adapter must lie under (checked after "
+        "resolving `..` and symbolic links), so the endpoint reads no other host files; "
+        "relative: from where the config is loaded.",
+    )
+    runtime_sync_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds between two reconciliations of a replica with the application's "
+        "registry of runtime-loaded adapters: it loads those it lacks (a replica started later "
+        "catches up) and unloads removed ones once their requests have finished.",
+    )
+
+    @field_validator("lora_root")
+    @classmethod
+    def _absolute_root(cls, root: str | None) -> str | None:
+        return None if root is None else str(Path(root).expanduser().resolve())
+
     @model_validator(mode="after")
     def _check(self) -> LoraConfig:
+        if self.allow_runtime_lora and self.lora_root is None:
+            raise ValueError(
+                "allow_runtime_lora needs lora_root: the directory adapters may "
+                "be loaded from at run time"
+            )
         names = [m.name for m in self.lora_modules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -95,6 +131,20 @@ class LoraConfig(BaseModel):
                 f"({self.max_loras}): every adapter of a running batch is held in host memory"
             )
         return self
+
+    def runtime_path(self, path: str) -> Path:
+        """`path` resolved, if runtime loading is on and it lies under `lora_root`.
+
+        Raises:
+            ValueError: runtime loading is off, or the resolved path is outside `lora_root`.
+        """
+        if not self.allow_runtime_lora or self.lora_root is None:
+            raise ValueError("runtime LoRA loading is off for this model (allow_runtime_lora)")
+        root = Path(self.lora_root).resolve()
+        resolved = Path(root, path).resolve()
+        if not resolved.is_relative_to(root):
+            raise ValueError(f"lora_path {path!r} is outside lora_root {self.lora_root!r}")
+        return resolved
 
     @property
     def cpu_capacity(self) -> int:

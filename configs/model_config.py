@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
 from configs.monitoring import MonitoringConfig
+from configs.policy_config import ModelCapabilities, PolicyConfig
 from configs.preprocessing import Preprocessing
 from configs.rate_limits import RateLimits
 from configs.request_limits import RequestLimits
-from router.policy.config import ModelCapabilities, PolicyConfig
 
 UNKNOWN_CONTEXT = 1 << 30
 """Context length assumed for a model whose replica has not reported it yet (no config value)."""
@@ -145,6 +145,12 @@ class ModelDeploymentConfig(BaseModel):
     )
 
     @property
+    def adapters(self) -> dict[str, str]:
+        """The LoRA adapters served from start-up (`engine.lora.lora_modules`): name -> path."""
+        lora = self.engine.lora
+        return {} if lora is None else {m.name: m.path for m in lora.lora_modules}
+
+    @property
     def supports_tools(self) -> bool:
         """The one rule for tools: a model does tools iff its config names a `tool_parser`."""
         return self.tool_parser is not None
@@ -164,7 +170,7 @@ class RouterAppConfig(BaseModel):
     policy: PolicyConfig | None = Field(
         None,
         description="Routing policy: aliases, ordered rules, default targets (see "
-        "`router.policy.PolicyConfig`); checked against the models' capabilities at start-up.",
+        "`configs.policy_config`); checked against the models' capabilities at start-up.",
     )
     api_keys: list[str] = Field(
         default_factory=list, description="Accepted API keys (also ASCEND_ROUTER_API_KEYS)."
@@ -246,6 +252,14 @@ class RouterAppConfig(BaseModel):
                 "`model` go to policy.aliases.auto / policy.default_targets"
             )
         policy = self.routing_policy()
+        taken = {*ids, *policy.alias_names()}
+        for name in [n for m in self.models for n in m.adapters]:
+            if name in taken:
+                raise ValueError(
+                    f"LoRA adapter name {name!r} is already a model id, an alias or another "
+                    "adapter: adapters are model ids of their own, so names must be unique"
+                )
+            taken.add(name)
         policy.validate_against(self.capabilities())
         self.preprocessing.check_names(ids, policy.alias_names())
         return self
@@ -259,22 +273,25 @@ class RouterAppConfig(BaseModel):
     def capabilities(self, learned: dict[str, int] | None = None) -> dict[str, ModelCapabilities]:
         """Model id -> what the router may send it, derived from each model's config.
 
-        Context length is `engine.max_model_len`, else the replica's reported `max_model_len`
-        (`learned`, from `ModelServer.info`), else `UNKNOWN_CONTEXT` until a replica reports it.
+        A LoRA adapter served from start-up is a model of its own with its base's capabilities,
+        so policy rules may target it. Context length is `engine.max_model_len`, else the
+        replica's reported `max_model_len` (`learned`, from `ModelServer.info`), else
+        `UNKNOWN_CONTEXT` until a replica reports it.
         Tools: `ModelDeploymentConfig.supports_tools`. Structured output (`response_format`
         JSON) is enforced by every model deployment (xgrammar constrained decoding), and
         streaming too.
         """
         learned = learned or {}
-        return {
-            m.model_id: ModelCapabilities(
+        caps = {}
+        for m in self.models:
+            caps[m.model_id] = ModelCapabilities(
                 context_length=m.engine.max_model_len or learned.get(m.model_id, UNKNOWN_CONTEXT),
                 supports_tools=m.supports_tools,
                 supports_structured_output=True,
                 supports_streaming=True,
             )
-            for m in self.models
-        }
+            caps.update(dict.fromkeys(m.adapters, caps[m.model_id]))
+        return caps
 
     @property
     def default(self) -> str:

@@ -47,7 +47,8 @@ class ChatSettings:
     """Per-model chat behaviour from the deployment config.
 
     Attributes:
-        model_id: the id reported in responses.
+        model_id: the base model's id, reported in responses (a LoRA adapter's request
+            reports the adapter's).
         tool_parser: the family's tool-call parser name; None: the model does no tools.
         strict_tool_history: reject histories whose tool calls and results do not pair up.
     """
@@ -65,8 +66,10 @@ def _tool_outputs(setup: ToolSetup | None, n: int) -> list[ToolOutput | None]:
 @dataclass(frozen=True)
 class _Prepared:
     """A chat request made ready for the engine: tool parsing setup, prompt tokens, one
-    `SamplingParams` per choice, and what gateway preprocessing did."""
+    `SamplingParams` per choice, what gateway preprocessing did, and the model id reported in
+    the response (the LoRA adapter's, when it runs under one)."""
 
+    served: str
     setup: ToolSetup | None
     prompt: list[int]
     params: list[SamplingParams]
@@ -101,9 +104,11 @@ class ChatHandler:
         self.grammars = grammars
         self.settings = settings
 
-    def _prepare(self, request: ChatCompletionRequest, plan: PreprocessPlan | None) -> _Prepared:
-        """Template, tokens (truncated if `plan` says so), grammar and sampling parameters (CPU
-        work, off the event loop).
+    def _prepare(
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
+    ) -> _Prepared:
+        """Template, tokens (truncated if `plan` says so), grammar and sampling parameters, under
+        LoRA adapter `lora` (None: the base model) (CPU work, off the event loop).
 
         Raises:
             OpenAIError: 400 for what this model cannot serve: tools without a `tool_parser`
@@ -161,18 +166,19 @@ class ChatHandler:
                 self.engine.vocab_size,
                 i,
                 self.grammars.constraint(schema, param) if schema is not None else None,
+                lora,
             )
             for i in range(request.n or 1)
         ]
-        return _Prepared(setup, prompt, params, report)
+        return _Prepared(lora or self.settings.model_id, setup, prompt, params, report)
 
     async def _start(
-        self, request: ChatCompletionRequest, plan: PreprocessPlan | None
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
     ) -> tuple[_Prepared, AsyncIterator[ChoiceDelta]]:
         """Prepare the request, queue its choices in the engine and wait for the first delta
         (raises OpenAIError before any output: a streamed answer starts only once the engine
         holds the request and has run its first step)."""
-        prep = await self.preparer.run(lambda: self._prepare(request, plan))
+        prep = await self.preparer.run(lambda: self._prepare(request, plan, lora))
         streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params])
         stops = request.stop_list()
         merged = merge_choices(
@@ -181,16 +187,20 @@ class ChatHandler:
         return prep, await first_then_rest(merged)
 
     async def complete(
-        self, request: ChatCompletionRequest, plan: PreprocessPlan | None = None
+        self,
+        request: ChatCompletionRequest,
+        plan: PreprocessPlan | None = None,
+        lora: str | None = None,
     ) -> ChatCompletion:
         """Non-streamed completion: the streamed deltas, accumulated; `plan`: the router's
-        preprocessing plan, whose report rides on the response."""
+        preprocessing plan, whose report rides on the response; `lora`: the LoRA adapter the
+        request runs under (None: the base model)."""
         n = request.n or 1
         deltas: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         lps: list[list[Any]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         usage = Usage.of(0, 0)
-        prep, choices_in = await self._start(request, plan)
+        prep, choices_in = await self._start(request, plan, lora)
         outputs = _tool_outputs(prep.setup, n)
         async for chunk in self._chunks(request, prep, outputs, choices_in, usage_chunk=True):
             if chunk.usage is not None:
@@ -221,7 +231,7 @@ class ChatHandler:
         response = ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
-            model=self.settings.model_id,
+            model=prep.served,
             choices=choices,
             usage=usage,
         )
@@ -229,13 +239,16 @@ class ChatHandler:
         return response
 
     async def stream(
-        self, request: ChatCompletionRequest, plan: PreprocessPlan | None = None
+        self,
+        request: ChatCompletionRequest,
+        plan: PreprocessPlan | None = None,
+        lora: str | None = None,
     ) -> AsyncIterator[ChatCompletionChunk]:
         """Streamed completion, returned once the engine holds the request; errors (a bad
         request, an engine that is not running) raise here, before the first chunk. The
-        preprocessing report of `plan` rides on the first chunk."""
+        preprocessing report of `plan` rides on the first chunk; `lora` as for `complete`."""
         include = bool(request.stream_options and request.stream_options.include_usage)
-        prep, choices = await self._start(request, plan)
+        prep, choices = await self._start(request, plan, lora)
         outputs = _tool_outputs(prep.setup, request.n or 1)
         return self._chunks(request, prep, outputs, choices, usage_chunk=include)
 
@@ -252,7 +265,7 @@ class ChatHandler:
 
         def chunk(items: list[ChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
             return ChatCompletionChunk(
-                id=cid, created=created, model=self.settings.model_id, choices=items, usage=usage
+                id=cid, created=created, model=prep.served, choices=items, usage=usage
             )
 
         n = request.n or 1

@@ -29,7 +29,8 @@ class CompletionHandler:
     Args:
         engine: the replica's engine.
         tokenizer: the checkpoint's tokenizer.
-        model_id: the id reported in responses.
+        model_id: the base model's id, reported in responses (a LoRA adapter's request
+            reports the adapter's).
         preparer: runs tokenisation off the event loop, bounded in time.
     """
 
@@ -41,8 +42,11 @@ class CompletionHandler:
         self.tokenizer = tokenizer
         self.model_id = model_id
 
-    def _prepare(self, request: CompletionRequest) -> list[tuple[list[int], SamplingParams]]:
-        """Prompt tokens and sampling parameters of every choice, `p * n + i` (off the loop).
+    def _prepare(
+        self, request: CompletionRequest, lora: str | None
+    ) -> list[tuple[list[int], SamplingParams]]:
+        """Prompt tokens and sampling parameters of every choice, `p * n + i`, under LoRA
+        adapter `lora` (None: the base model) (off the loop).
 
         Raises:
             OpenAIError: 400 for an unsupported field, an empty or out-of-vocabulary prompt, or
@@ -57,16 +61,18 @@ class CompletionHandler:
         out = []
         for prompt in completion_prompts(self.tokenizer, request, vocab):
             for i in range(n):
-                params = sampling_params(request, len(prompt), self.engine.max_model_len, vocab, i)
+                params = sampling_params(
+                    request, len(prompt), self.engine.max_model_len, vocab, i, lora=lora
+                )
                 out.append((prompt, params))
         return out
 
     async def _choices(
-        self, request: CompletionRequest
+        self, request: CompletionRequest, lora: str | None
     ) -> tuple[list[list[int]], AsyncIterator[ChoiceDelta]]:
         """Prepare the request, queue its choices and wait for the first delta (raises before
         any output)."""
-        prepared = await self.preparer.run(lambda: self._prepare(request))
+        prepared = await self.preparer.run(lambda: self._prepare(request, lora))
         streams = await admit(self.engine, prepared)
         stops = request.stop_list()
         prompts = [prompt for prompt, _ in prepared[:: request.n or 1]]
@@ -81,12 +87,14 @@ class CompletionHandler:
     def _echo(self, prompt: list[int]) -> str:
         return self.tokenizer.decode(prompt, skip_special_tokens=False)
 
-    async def complete(self, request: CompletionRequest) -> Completion:
-        """Non-streamed completion: the streamed chunks, joined."""
+    async def complete(self, request: CompletionRequest, lora: str | None = None) -> Completion:
+        """Non-streamed completion: the streamed chunks, joined; `lora`: the LoRA adapter the
+        request runs under (None: the base model), whose id the response reports."""
         choices: dict[int, CompletionChoice] = {}
         usage = Usage.of(0, 0)
-        prompts, deltas = await self._choices(request)
-        async for chunk in self._chunks(request, prompts, deltas, usage_chunk=True):
+        prompts, deltas = await self._choices(request, lora)
+        served = lora or self.model_id
+        async for chunk in self._chunks(request, prompts, deltas, True, served):
             if chunk.usage is not None:
                 usage = chunk.usage
             for c in chunk.choices:
@@ -103,21 +111,23 @@ class CompletionHandler:
         return Completion(
             id=f"cmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
-            model=self.model_id,
+            model=served,
             choices=[choices[i] for i in sorted(choices)],
             usage=usage,
         )
 
-    async def stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+    async def stream(
+        self, request: CompletionRequest, lora: str | None = None
+    ) -> AsyncIterator[Completion]:
         """Streamed completion (one `text_completion` object per chunk, usage last), returned
-        once the engine holds the request.
+        once the engine holds the request; `lora` as for `complete`.
 
         Raises:
             OpenAIError: invalid request or engine not running, before the first chunk.
         """
-        prompts, choices = await self._choices(request)
+        prompts, choices = await self._choices(request, lora)
         include = bool(request.stream_options and request.stream_options.include_usage)
-        return self._chunks(request, prompts, choices, usage_chunk=include)
+        return self._chunks(request, prompts, choices, include, lora or self.model_id)
 
     async def _chunks(
         self,
@@ -125,6 +135,7 @@ class CompletionHandler:
         prompts: list[list[int]],
         choices: AsyncIterator[ChoiceDelta],
         usage_chunk: bool,
+        served: str,
     ) -> AsyncIterator[Completion]:
         cid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -154,7 +165,7 @@ class CompletionHandler:
             yield Completion(
                 id=cid,
                 created=created,
-                model=self.model_id,
+                model=served,
                 choices=[
                     CompletionChoice(
                         index=d.index, text=text, logprobs=lp, finish_reason=d.finish_reason
@@ -167,7 +178,7 @@ class CompletionHandler:
         yield Completion(
             id=cid,
             created=created,
-            model=self.model_id,
+            model=served,
             choices=[],
             usage=Usage.of(prompt_tokens, sum(counts.values())),
         )

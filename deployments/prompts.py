@@ -68,11 +68,13 @@ def sampling_params(
     vocab_size: int,
     choice_index: int = 0,
     constraint: TokenConstraint | None = None,
+    lora: str | None = None,
 ) -> SamplingParams:
     """Engine sampling parameters for one choice of a request: the one exact context-length
     check (the router's estimate only routes).
 
-    `max_tokens` defaults to the rest of the context (vLLM behaviour); a seeded request with
+    `lora`: the adapter the request runs under (None: the base model). `max_tokens` defaults
+    to the rest of the context (vLLM behaviour); a seeded request with
     `n > 1` seeds choice `i` with `seed + i` so the choices differ but stay reproducible.
 
     Raises:
@@ -130,4 +132,5 @@ def sampling_params(
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         constraint=constraint,
+        lora=lora,
     )

@@ -8,10 +8,10 @@ from engine faults (`engine_error`, `engine_unavailable`: see `deployments.proto
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -24,6 +24,7 @@ from configs.monitoring import MonitoringConfig
 from deployments.chat import ChatHandler, ChatSettings
 from deployments.chat_template import ChatTemplate
 from deployments.completions import CompletionHandler
+from deployments.lora_adapters import ReplicaAdapters
 from deployments.metrics_push import MetricsPusher
 from deployments.preparation import Preparer
 from deployments.protocol.errors import (
@@ -32,6 +33,7 @@ from deployments.protocol.errors import (
     engine_unavailable,
     internal_error,
 )
+from deployments.protocol.lora import LoraSpec
 from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
@@ -46,6 +48,8 @@ from engine.metrics import EngineMetrics
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+Handler = Callable[[Req, str | None], Awaitable[Any]]
+"""A handler's `complete` or `stream`: (request, LoRA adapter or None) -> its answer."""
 
 
 async def _guarded(
@@ -95,13 +99,17 @@ class ModelServer:
             its engine metrics to (None: not reported; `metrics_text` still serves them).
         monitoring: how often to report (`MonitoringConfig` or its dict; default settings if
             None).
+        lora_registry: handle of the application's `LoraRegistry` (`router.lora_registry`):
+            with `engine.lora.allow_runtime_lora`, the replica reconciles its runtime-loaded
+            adapters with it every `engine.lora.runtime_sync_s`.
     """
 
-    def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray Serve awaits an async constructor
         self,
         config: ModelDeploymentConfig | dict[str, Any],
         metrics_board: DeploymentHandle | None = None,
         monitoring: MonitoringConfig | dict[str, Any] | None = None,
+        lora_registry: DeploymentHandle | None = None,
     ) -> None:
         logging.basicConfig(level=log_level())  # start-up figures (KV budget) reach the log
         self.config = ModelDeploymentConfig.model_validate(config)
@@ -127,6 +135,11 @@ class ModelServer:
         self.completion_handler = CompletionHandler(
             self.engine, self.tokenizer, cfg.model_id, preparer
         )
+        self.adapters = ReplicaAdapters(self.engine, cfg.engine.lora, cfg.model_id)
+        self.lora_sync: asyncio.Task[None] | None = None
+        if lora_registry is not None and cfg.engine.lora and cfg.engine.lora.allow_runtime_lora:
+            interval_s = cfg.engine.lora.runtime_sync_s
+            self.lora_sync = asyncio.create_task(self._sync_adapters(lora_registry, interval_s))
         self.where = f"model {cfg.model_id}"
         self.batching_interval_s = cfg.stream_batching_interval_ms / 1000
         self.metrics_pusher = None
@@ -136,28 +149,43 @@ class ModelServer:
                 metrics_board, replica_id, cfg.model_id, self.metrics.exposition, interval_s
             )
 
+    async def _sync_adapters(self, registry: DeploymentHandle, interval_s: float) -> None:
+        """Reconcile the runtime-loaded adapters with the registry every `interval_s`."""
+        while True:
+            try:
+                snapshot = await registry.snapshot.remote()
+                await self.adapters.sync(snapshot.adapters)
+            except Exception as exc:  # a registry restarting: try again next interval
+                logger.warning("%s: LoRA registry sync failed: %s", self.where, exc)
+            await asyncio.sleep(interval_s)
+
     async def _serve(
         self,
         request: Req | dict[str, Any],
         model: type[Req],
-        complete: Callable[[Req], Awaitable[BaseModel]],
-        stream: Callable[[Req], Awaitable[AsyncIterator[BaseModel]]],
+        complete: Handler[Req],
+        stream: Handler[Req],
         sse: bool,
+        lora: LoraSpec | None,
     ) -> Any:
         """One request: a response or a stream; every failure becomes an `ErrorResponse`
         (request errors 4xx; an engine that is not running 503 `engine_unavailable`; anything
         unexpected an opaque 500 `internal_error`, its traceback logged under the request id).
-        With `sse`, a stream's items after the first are SSE bytes (`deployments.sse_relay`)."""
+        With `sse`, a stream's items after the first are SSE bytes (`deployments.sse_relay`).
+        `lora`: the adapter it runs under (loaded first if this replica lacks it)."""
         rid = current_request_id()
         try:
             dead = self.engine.dead_reason()
             if dead is not None:
                 raise engine_unavailable(dead)
             req = parse_request(model, request)  # the router's validated model passes as is
+            adapter = await self.adapters.use(lora)
+            if adapter is not None:
+                self.metrics.count_lora_request(adapter)
             if req.stream:
-                items = _guarded(await stream(req), self.where)
+                items = _guarded(await stream(req, adapter), self.where)
                 return sse_batches(items, self.batching_interval_s) if sse else items
-            return await complete(req)
+            return await complete(req, adapter)
         except OpenAIError as exc:
             err = exc.response()
         except Exception:
@@ -170,23 +198,44 @@ class ModelServer:
         request: ChatCompletionRequest | dict[str, Any],
         sse: bool = False,
         preprocess: PreprocessPlan | None = None,
+        lora: LoraSpec | None = None,
     ) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
         `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
         (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models.
         `preprocess`: the router's preprocessing plan (truncation; its report rides on the
-        response or first chunk)."""
+        response or first chunk). `lora`: the LoRA adapter to run under (None: the base
+        model); the response's `model` is then the adapter's id."""
         h = self.chat_handler
-        complete, stream = partial(h.complete, plan=preprocess), partial(h.stream, plan=preprocess)
-        return await self._serve(request, ChatCompletionRequest, complete, stream, sse)
+
+        def complete(req: ChatCompletionRequest, adapter: str | None) -> Awaitable[Any]:
+            return h.complete(req, preprocess, adapter)
+
+        def stream(req: ChatCompletionRequest, adapter: str | None) -> Awaitable[Any]:
+            return h.stream(req, preprocess, adapter)
+
+        return await self._serve(request, ChatCompletionRequest, complete, stream, sse, lora)
 
     async def completions(
-        self, request: CompletionRequest | dict[str, Any], sse: bool = False
+        self,
+        request: CompletionRequest | dict[str, Any],
+        sse: bool = False,
+        lora: LoraSpec | None = None,
     ) -> Any:
-        """Legacy completion: a `Completion` or a stream of them; errors and `sse` as for
-        `chat`."""
+        """Legacy completion: a `Completion` or a stream of them; errors, `sse` and `lora` as
+        for `chat`."""
         h = self.completion_handler
-        return await self._serve(request, CompletionRequest, h.complete, h.stream, sse)
+        return await self._serve(request, CompletionRequest, h.complete, h.stream, sse, lora)
+
+    async def load_lora_adapter(self, name: str, path: str) -> ErrorResponse | None:
+        """Load a runtime adapter on this replica (the router's check of a
+        `POST /v1/load_lora_adapter` before it answers); None when loaded, else the 4xx
+        `ErrorResponse` naming what is wrong (see `ReplicaAdapters.load`)."""
+        try:
+            await self.adapters.load(name, path)
+        except OpenAIError as exc:
+            return exc.response()
+        return None
 
     def info(self) -> dict[str, Any]:
         """Model id and context length, for `/v1/models` and routing; the router's probe.
@@ -217,6 +266,9 @@ class ModelServer:
             raise RuntimeError(f"engine loop is not serving: {dead}")
 
     def __del__(self) -> None:
+        sync = getattr(self, "lora_sync", None)
+        if sync is not None:
+            sync.cancel()
         pusher = getattr(self, "metrics_pusher", None)
         if pusher is not None:
             pusher.close()

@@ -337,7 +337,7 @@ class LLMEngine:
     @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:
         if self.lora is not None:
-            batch = self.lora.group(batch)
+            self.lora.prepare_step(batch)
         rows, prompt_spans = self._rows(batch)
         step = StepInput.from_schedule(batch, rows)
         self._set_threads(len(step.token_ids))

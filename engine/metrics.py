@@ -12,6 +12,13 @@ request's previous token, in `vllm:inter_token_latency_seconds`. Its older name
 `vllm:time_per_output_token_seconds` (the one vLLM dashboards before v0.10.2 query) is served as
 a copy of the same histogram at scrape time, as `vllm:gpu_cache_usage_perc` is of
 `vllm:kv_cache_usage_perc`. The per-request mean is `vllm:request_time_per_output_token_seconds`.
+
+With LoRA adapters (`engine.lora`), `model_name` stays the base model (as in vLLM), and the
+adapters appear in `vllm:lora_requests_info` (vLLM's info gauge: its value is the time of the
+last change, its labels `max_lora` and the comma-separated `running_lora_adapters` and
+`waiting_lora_adapters`; one series per replica at a time) and in
+`ascend_router_lora_requests_total{lora_name}` (requests received per adapter); each replica's
+registered adapters are `ascend_router_lora_adapter_loaded{lora_name} 1`.
 """
 
 from __future__ import annotations
@@ -189,6 +196,25 @@ class EngineMetrics:
             "Running: first scheduled -> last token, seconds.",
             LATENCY_BUCKETS,
         )
+        self.lora_info = Gauge(
+            "vllm:lora_requests_info",
+            "Running and waiting LoRA adapters (value: time of the last change, seconds).",
+            [*labels, "max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+            registry=r,
+        )
+        self.lora_requests = Counter(
+            "ascend_router_lora_requests",
+            "Requests received per LoRA adapter.",
+            [*labels, "lora_name"],
+            registry=r,
+        )
+        self.lora_loaded = Gauge(
+            "ascend_router_lora_adapter_loaded",
+            "1 for each LoRA adapter registered on this replica (start-up or runtime).",
+            [*labels, "lora_name"],
+            registry=r,
+        )
+        self._lora_now: tuple[tuple[str, ...], ...] | None = None
         self._last = EngineStats(0, 0, 0.0, 0, 1, 0, 0, 0)
 
     def observe_step(self, stats: EngineStats) -> None:
@@ -200,6 +226,20 @@ class EngineMetrics:
         self.prefix_queries.inc(stats.prefix_cache_queries - self._last.prefix_cache_queries)
         self.prefix_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
         self._last = stats
+        lora = stats.lora
+        if lora is not None:
+            info = (str(lora.max_loras), ",".join(lora.running), ",".join(lora.waiting))
+            if (info, lora.registered) != self._lora_now:
+                self.lora_info.clear()
+                self.lora_info.labels(*self._labels, *info).set_to_current_time()
+                self.lora_loaded.clear()
+                for name in lora.registered:
+                    self.lora_loaded.labels(*self._labels, name).set(1)
+                self._lora_now = (info, lora.registered)
+
+    def count_lora_request(self, lora_name: str) -> None:
+        """One request received for LoRA adapter `lora_name`."""
+        self.lora_requests.labels(*self._labels, lora_name).inc()
 
     def observe_output(self, times: RequestTimes, out: RequestOutput, now: float) -> None:
         """Record one output of the step that ended at `now` (monotonic seconds): its token's

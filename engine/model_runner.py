@@ -115,7 +115,7 @@ class ModelRunner:
             attention=meta,
             prompt_rows=torch.nonzero(~generated).flatten().to(dev),
             generated_rows=torch.nonzero(generated).flatten().to(dev),
-            lora=LoraBatch.from_step(step.lora_ids, step.q_lens) if step.lora_ids else None,
+            lora=LoraBatch.from_step(step.lora_ids, step.q_lens, dev) if step.lora_ids else None,
         )
         return q_pos, ctx
 

@@ -16,6 +16,7 @@ from deployments.metrics_board import MetricsBoard
 from deployments.server import ModelServer
 from router import APP_NAME
 from router.ingress import Router
+from router.lora_registry import LoraRegistry
 
 __all__ = ["APP_NAME", "build_app", "model_deployment_name", "model_handles", "router_app"]
 
@@ -31,7 +32,8 @@ def build_app(args: dict[str, Any]) -> Application:
     Validating the config also checks the routing policy against the models' capabilities, so
     a bad policy fails here, before anything starts, with an error naming the rule or alias.
     Besides the router and one `ModelServer` deployment per model, the application runs the
-    metrics board its model replicas report to (`deployments.metrics_board`).
+    metrics board its model replicas report to (`deployments.metrics_board`) and, when a model
+    allows runtime LoRA loading, the registry of runtime adapters (`router.lora_registry`).
 
     Args:
         args: the application's `args` from the Serve config (see `RouterAppConfig`).
@@ -46,17 +48,21 @@ def build_app(args: dict[str, Any]) -> Application:
         config.api_keys = api_keys_from_env()
     monitoring = config.monitoring.model_dump()
     board = MetricsBoard.bind(monitoring)  # every model replica reports its metrics there
+    runtime_lora = any(m.engine.lora and m.engine.lora.allow_runtime_lora for m in config.models)
+    registry = LoraRegistry.bind() if runtime_lora else None
     models = {
         m.model_id: ModelServer.options(
             name=model_deployment_name(m.model_id), **m.deployment.serve_options()
-        ).bind(m.model_dump(), board, monitoring)
+        ).bind(m.model_dump(), board, monitoring, registry)
         for m in config.models
     }
-    return router_app(config, models)
+    return router_app(config, models, registry)
 
 
 def router_app(
-    config: RouterAppConfig, models: Mapping[str, Application | DeploymentHandle]
+    config: RouterAppConfig,
+    models: Mapping[str, Application | DeploymentHandle],
+    lora_registry: Application | DeploymentHandle | None = None,
 ) -> Application:
     """The router deployment of `config` in front of `models`.
 
@@ -65,9 +71,11 @@ def router_app(
         models: model id -> the bound `ModelServer` (a new application), or the handle of one
             that another application already runs (`model_handles`), so that a second router
             application (other policy, other API keys) can front the same replicas.
+        lora_registry: the bound `LoraRegistry`, or the handle of another application's
+            (None: no runtime LoRA loading through this router).
     """
     return Router.options(name="router", **config.router_deployment.serve_options()).bind(
-        config.model_dump(), dict(models)
+        config.model_dump(), dict(models), lora_registry
     )
 
 

@@ -164,7 +164,7 @@ async def dispatch(
             assert isinstance(answer, ErrorResponse)
             reason, detail = passed, f"{model}: {answer.error.message}"
             if passed == "down":
-                pool.health.mark_down(model, answer.error.message[:300])
+                pool.health.mark_down(pool.base(model), answer.error.message[:300])
         metrics.fallbacks.labels(model, reason).inc()
         tried.append(model)
         failures.append(detail)

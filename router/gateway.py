@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from ray.serve.handle import DeploymentHandle
 
 from configs.model_config import RouterAppConfig
+from configs.policy_config import AUTO_ALIAS
 from deployments.protocol.errors import ErrorResponse, OpenAIError
 from deployments.protocol.preprocess import PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
@@ -24,10 +25,10 @@ from deployments.protocol.validation import parse_request, wants_stream
 from router.auth import bearer_key
 from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
+from router.lora_admin import LoraAdmin
 from router.metrics import RouterMetrics
 from router.model_pool import ModelPool
 from router.policy import (
-    AUTO_ALIAS,
     Decision,
     NoHealthyModel,
     PolicyError,
@@ -49,14 +50,22 @@ class Gateway:
     Args:
         config: The application config.
         handles: Model id -> handle of its `ModelServer` deployment.
+        lora_registry: Handle of the application's `LoraRegistry` (None: no model allows
+            runtime LoRA loading).
     """
 
-    def __init__(self, config: RouterAppConfig, handles: dict[str, DeploymentHandle]) -> None:
+    def __init__(
+        self,
+        config: RouterAppConfig,
+        handles: dict[str, DeploymentHandle],
+        lora_registry: DeploymentHandle | None = None,
+    ) -> None:
         self.config = config
         self.policy = config.routing_policy()
         self.pool = ModelPool(config, handles)
         self.metrics = RouterMetrics()
         self.limiter = RateLimiter(config.rate_limits)
+        self.lora = LoraAdmin(config, self.pool, lora_registry, self.policy.alias_names())
 
     async def route(
         self,
@@ -89,11 +98,12 @@ class Gateway:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
             return policy_error(exc).response()
-        alias = None if features.model in self.pool.handles else features.model or AUTO_ALIAS
+        alias = None if self.pool.serves(features.model or "") else features.model or AUTO_ALIAS
         rules = self.config.preprocessing
 
         def prepare(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:
-            return preprocess(req, rules.resolve(alias, model, features.tenant), fit_context)
+            resolved = rules.resolve(alias, self.pool.base(model), features.tenant)
+            return preprocess(req, resolved, fit_context)
 
         routed = await dispatch(
             self.pool,
@@ -142,19 +152,22 @@ class Gateway:
                 raise
             return decide(features, caps, self.pool.states(starting_ok=True), self.policy)
 
+    def _names(self) -> list[str]:
+        return [*self.pool.handles, *self.pool.adapters.bases(), *self.policy.alias_names()]
+
     def model_list(self, created: int) -> ModelList:
-        """The served model ids (with their context length once known), then the aliases."""
-        names = [*self.pool.handles, *self.policy.alias_names()]
-        return ModelList(data=[self._card(name, created) for name in names])
+        """The served model ids (with their context length once known), then the LoRA adapters
+        (`parent`: their base model), then the aliases."""
+        return ModelList(data=[self._card(name, created) for name in self._names()])
 
     def model_card(self, model: str, created: int) -> ModelCard:
-        """The model object of one served model id or alias.
+        """The model object of one served model id, LoRA adapter or alias.
 
         Raises:
             OpenAIError: 404 `model_not_found` for any other id.
         """
-        if model not in self.pool.handles and self.policy.alias_models(model) is None:
-            names = [*self.pool.handles, *self.policy.alias_names()]
+        if not self.pool.serves(model) and self.policy.alias_models(model) is None:
+            names = self._names()
             raise OpenAIError(
                 f"model {model!r} does not exist: the models are {names}",
                 status_code=404,
@@ -164,6 +177,13 @@ class Gateway:
         return self._card(model, created)
 
     def _card(self, name: str, created: int) -> ModelCard:
+        spec = self.pool.adapters.spec(name)
+        if spec is not None:
+            base = self.pool.base(name)
+            length = self.pool.context_length(base)
+            return ModelCard(
+                id=name, created=created, root=spec.path, parent=base, max_model_len=length
+            )
         config = self.pool.configs.get(name)
         if config is None:  # an alias
             return ModelCard(id=name, created=created)

@@ -1,7 +1,8 @@
 """The ingress deployment: OpenAI HTTP API and the Python handle API, in front of the models.
 
 HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-`GET /v1/models/{model}`, `GET /metrics` (Prometheus text format) and `GET /health`; with API
+`GET /v1/models/{model}`, `POST /v1/load_lora_adapter`, `POST /v1/unload_lora_adapter`
+(`router.lora_admin`), `GET /metrics` (Prometheus text format) and `GET /health`; with API
 keys configured every route but `/health` needs `Authorization: Bearer <key>`. Every answer
 given after a routing decision carries the headers `x-ascend-router-model`,
 `x-ascend-router-rule`, `x-ascend-router-reason`, after a fallback `x-ascend-router-fallback`,
@@ -21,11 +22,11 @@ reachable only from inside the Ray cluster.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -135,14 +136,19 @@ class Router:
     Args:
         config: the application config (`RouterAppConfig` as a dict or model).
         handles: model id -> handle of its `ModelServer` deployment.
+        lora_registry: handle of the application's `LoraRegistry` (None: no model allows
+            runtime LoRA loading).
     """
 
     async def __init__(  # type: ignore[misc]  # Ray Serve awaits an async constructor
-        self, config: RouterAppConfig | dict[str, Any], handles: dict[str, DeploymentHandle]
+        self,
+        config: RouterAppConfig | dict[str, Any],
+        handles: dict[str, DeploymentHandle],
+        lora_registry: DeploymentHandle | None = None,
     ) -> None:
         self.config = RouterAppConfig.model_validate(config)
-        self.gateway = Gateway(self.config, handles)
-        await self.gateway.pool.start()
+        self.gateway = Gateway(self.config, handles, lora_registry)
+        await self.gateway.pool.start(lora_registry)
         self.created = int(time.time())
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
@@ -177,29 +183,46 @@ class Router:
             return None
         return error_json(unauthorized(), {"www-authenticate": "Bearer"})
 
-    async def _http(self, method: str, schema: type[Any], request: Request) -> Response:
+    async def _guarded(
+        self, what: str, request: Request, work: Coroutine[Any, Any, Response]
+    ) -> Response:
+        """`work`'s answer behind the API keys; an `OpenAIError` it raises is that error's
+        answer, anything else an opaque 500 (a router bug, still in OpenAI form)."""
         denied = self._denied(request)
         if denied is not None:
+            work.close()  # never awaited
             return denied
-        limits = self.config.request_limits
         try:
-            declared = request.headers.get("content-length", "")
-            check_body_size(int(declared) if declared.isdigit() else 0, limits)  # before reading
-            raw = await request.body()
-            # a large body is scanned and parsed off the event loop, which other requests share
-            body = (
-                await asyncio.to_thread(parse_body, raw, limits)
-                if len(raw) > _INLINE_BYTES
-                else parse_body(raw, limits)
-            )
-            outcome = await self.gateway.route(method, schema, body, request.headers, sse=True)
-            return _http_result(outcome)
+            return await work
         except OpenAIError as exc:
             return error_json(exc)
-        except Exception:  # a router bug is still answered in OpenAI form, opaquely
+        except Exception:
             rid = current_request_id()
-            logger.exception("request %s: %s failed in the router", rid, method)
+            logger.exception("request %s: %s failed in the router", rid, what)
             return error_json(internal_error(rid, "the router"))
+
+    async def _body(self, request: Request) -> Any:
+        """The request's JSON body within the request limits.
+
+        Raises:
+            OpenAIError: 400/413 for a body over the limits or not JSON.
+        """
+        limits = self.config.request_limits
+        declared = request.headers.get("content-length", "")
+        check_body_size(int(declared) if declared.isdigit() else 0, limits)  # before reading
+        raw = await request.body()
+        # a large body is scanned and parsed off the event loop, which other requests share
+        if len(raw) > _INLINE_BYTES:
+            return await asyncio.to_thread(parse_body, raw, limits)
+        return parse_body(raw, limits)
+
+    async def _route(self, method: str, schema: type[Any], request: Request) -> Response:
+        body = await self._body(request)
+        outcome = await self.gateway.route(method, schema, body, request.headers, sse=True)
+        return _http_result(outcome)
+
+    async def _http(self, method: str, schema: type[Any], request: Request) -> Response:
+        return await self._guarded(method, request, self._route(method, schema, request))
 
     @app.post("/v1/chat/completions")
     async def http_chat(self, request: Request) -> Response:
@@ -227,6 +250,24 @@ class Router:
         if isinstance(card, ErrorResponse):
             return error_json(card)
         return JSONResponse(card.model_dump(mode="json"))
+
+    async def _lora(self, action: str, request: Request) -> Response:
+        admin = self.gateway.lora
+        body = await self._body(request)
+        text = await (admin.load(body) if action == "load" else admin.unload(body))
+        return PlainTextResponse(text)
+
+    @app.post("/v1/load_lora_adapter")
+    async def http_load_lora(self, request: Request) -> Response:
+        """Load a LoRA adapter at run time (vLLM's endpoint and body: `lora_name`,
+        `lora_path`; `model` names the base when several allow it): 200 with vLLM's success
+        text, or an OpenAI error (`router.lora_admin`)."""
+        return await self._guarded("LoRA load", request, self._lora("load", request))
+
+    @app.post("/v1/unload_lora_adapter")
+    async def http_unload_lora(self, request: Request) -> Response:
+        """Unload a runtime-loaded LoRA adapter (`lora_name`); running requests finish."""
+        return await self._guarded("LoRA unload", request, self._lora("unload", request))
 
     @app.get("/metrics")
     async def http_metrics(self, request: Request) -> Response:

@@ -36,13 +36,15 @@ from ray.serve.exceptions import (
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from configs.model_config import RouterAppConfig
+from configs.policy_config import ModelCapabilities
 from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
+from router.adapter_index import AdapterIndex
 from router.deployment_status import DeploymentStatusView
 from router.health import HealthView
 from router.http_errors import mid_stream_error
 from router.load import LoadTracker, ModelLimits
-from router.policy import ModelCapabilities, ModelState
+from router.policy import ModelState
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +138,10 @@ class ModelStream:
 class ModelPool:
     """The served models as the router sees them.
 
+    A LoRA adapter (`router.adapter_index`) is a model of its own for the policy, with its
+    base model's capabilities, health and load: its calls go to its base's deployment with the
+    adapter's `LoraSpec`, and count against the base's limits.
+
     Args:
         config: The application config.
         handles: Model id -> handle of its `ModelServer` deployment.
@@ -148,6 +154,7 @@ class ModelPool:
         assert set(handles) == set(self.configs), f"handles {sorted(handles)} != config models"
         self.learned: dict[str, int] = {}
         self.capabilities: dict[str, ModelCapabilities] = config.capabilities()
+        self.adapters = AdapterIndex(config, self._refresh_capabilities)
         self.load = LoadTracker(
             {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models}
         )
@@ -155,26 +162,47 @@ class ModelPool:
         self.deployments = DeploymentStatusView(handles, config.deployment_status_poll_s)
         self.first_token_s = config.first_token_timeout_s
 
-    async def start(self) -> None:
-        """Read the deployments' state (then keep polling it); probe the models whose context
-        length only their replica knows."""
+    async def start(self, lora_registry: DeploymentHandle | None = None) -> None:
+        """Read the deployments' state (then keep polling it), and the registry of runtime LoRA
+        adapters if there is one; probe the models whose context length only their replica
+        knows."""
         await self.deployments.start()
+        if lora_registry is not None:
+            self.adapters.follow(lora_registry, self.config.deployment_status_poll_s)
         for model in self.handles:
             if self.context_length(model) is None:
                 self.health.mark_down(model, "context length not reported yet")
 
+    def base(self, model: str) -> str:
+        """The model id whose deployment serves `model` (itself, or a LoRA adapter's base)."""
+        return self.adapters.base(model) or model
+
+    def serves(self, model: str) -> bool:
+        """Whether `model` is a served model id or a LoRA adapter (not an alias)."""
+        return model in self.handles or self.adapters.base(model) is not None
+
+    def _refresh_capabilities(self) -> None:
+        caps = self.config.capabilities(self.learned)
+        for name, base in self.adapters.runtime().items():
+            caps[name] = caps[base]
+        self.capabilities = caps
+
     def context_length(self, model: str) -> int | None:
-        """`engine.max_model_len`, else what a replica reported; None until one does."""
-        return self.configs[model].engine.max_model_len or self.learned.get(model)
+        """`engine.max_model_len`, else what a replica reported; None until one does (a LoRA
+        adapter's is its base model's)."""
+        base = self.base(model)
+        return self.configs[base].engine.max_model_len or self.learned.get(base)
 
     def states(self, starting_ok: bool) -> dict[str, ModelState]:
-        """Model id -> health and load, for the policy.
+        """Model id (LoRA adapters included) -> health and load, for the policy.
 
         Args:
             starting_ok: count a model whose deployment is still starting as healthy (a call
                 then waits for its replica); False leaves it out.
         """
-        return {m: self.load.state(m, self.healthy(m, starting_ok)) for m in self.handles}
+        states = {m: self.load.state(m, self.healthy(m, starting_ok)) for m in self.handles}
+        states.update({name: states[base] for name, base in self.adapters.bases().items()})
+        return states
 
     def healthy(self, model: str, starting_ok: bool) -> bool:
         """Not marked down by a failed call, its deployment not reported failed and, unless
@@ -209,25 +237,27 @@ class ModelPool:
             raise
         if model not in self.learned:
             self.learned[model] = int(info["max_model_len"])
-            self.capabilities = self.config.capabilities(self.learned)
+            self._refresh_capabilities()
 
     async def unary(
         self, model: str, method: str, request: BaseModel, plan: PreprocessPlan | None = None
     ) -> BaseModel:
         """One non-streamed call: the response, or an `ErrorResponse` the model returned
-        (`plan`: the replica's part of preprocessing, for chat).
+        (`model`: a served model id or a LoRA adapter; `plan`: the replica's part of
+        preprocessing, for chat).
 
         Raises:
-            CallFailed: Saturated, or down (the model is now marked down).
+            CallFailed: Saturated, or down (the model, or an adapter's base, is now marked
+                down).
         """
-        self._admit(model)
-        extra = {} if plan is None else {"preprocess": plan}
-        response = getattr(self.handles[model], method).remote(request, **extra)
+        base = self.base(model)
+        self._admit(base)
+        response = getattr(self.handles[base], method).remote(request, **self._extra(model, plan))
         try:
-            result: BaseModel = await self._answer(model, response, response.cancel)
+            result: BaseModel = await self._answer(base, response, response.cancel)
             return result
         finally:
-            self.load.release(model)
+            self.load.release(base)
 
     async def stream(
         self,
@@ -243,22 +273,31 @@ class ModelPool:
         Raises:
             CallFailed: Saturated, or down (the model is now marked down).
         """
-        self._admit(model)
-        handle = self.handles[model].options(stream=True)
-        extra = {} if plan is None else {"preprocess": plan}
-        response = getattr(handle, method).remote(request, sse=sse, **extra)
+        base = self.base(model)
+        self._admit(base)
+        handle = self.handles[base].options(stream=True)
+        response = getattr(handle, method).remote(request, sse=sse, **self._extra(model, plan))
         try:
-            first: BaseModel = await self._answer(model, anext(response), response.cancel)
+            first: BaseModel = await self._answer(base, anext(response), response.cancel)
         except BaseException:
-            self.load.release(model)
+            self.load.release(base)
             raise
         return ModelStream(
             model,
             first,
             response,
-            lambda: self.load.release(model),
+            lambda: self.load.release(base),
             self.config.inter_token_timeout_s,
         )
+
+    def _extra(self, model: str, plan: PreprocessPlan | None) -> dict[str, Any]:
+        """The keyword arguments of a call beyond the request: the preprocessing plan, and the
+        adapter's `LoraSpec` when `model` is a LoRA adapter."""
+        extra: dict[str, Any] = {} if plan is None else {"preprocess": plan}
+        spec = self.adapters.spec(model)
+        if spec is not None:
+            extra["lora"] = spec
+        return extra
 
     def _admit(self, model: str) -> None:
         if self.load.saturated(model):

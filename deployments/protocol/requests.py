@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
+from configs.policy_config import ResponseFormatKind
 from deployments.protocol.tools import (
     ResponseFormat,
-    ResponseFormatKind,
     ToolCall,
     ToolChoice,
     ToolChoiceParam,

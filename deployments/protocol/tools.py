@@ -27,11 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-ToolChoiceKind = Literal["none", "auto", "required", "named"]
-"""`tool_choice` as a kind: a forced function is `named` (the policy YAML's spelling too)."""
-
-ResponseFormatKind = Literal["text", "json_object", "json_schema"]
-"""`response_format.type`."""
+from configs.policy_config import ToolChoiceKind
 
 JsonObject = dict[str, Any]
 

@@ -5,43 +5,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 
-@dataclass(frozen=True)
-class LoraGroup:
-    """Consecutive rows of the flattened batch under one adapter.
-
-    Attributes:
-        lora_id: the adapter (`LoraRef.lora_id`).
-        start: first row.
-        stop: one past the last row.
-    """
-
-    lora_id: int
-    start: int
-    stop: int
+BASE_ROW = 0
+"""`LoraBatch.row_ids` of a base-model row (adapter ids start at 1, `LoraManager`)."""
 
 
 @dataclass(frozen=True)
 class LoraBatch:
-    """The adapter groups of one step; rows in no group run on the base model alone.
+    """The adapters of one step and the adapter of each of its rows.
 
-    The engine orders a step's sequences by adapter, so each adapter present is one group and a
-    step pays for the adapters in it, not for every adapter loaded.
+    Attributes:
+        lora_ids: the distinct adapters of the step, ascending; `LoraLinear` stacks exactly
+            these (and caches the stack under this key), so a step pays for the adapters in
+            it, not for every adapter loaded.
+        row_ids: `[T]` int64 on the model's device: each row's adapter id, `BASE_ROW` for the
+            base model's rows.
     """
 
-    groups: tuple[LoraGroup, ...]
+    lora_ids: tuple[int, ...]
+    row_ids: torch.Tensor
 
     @classmethod
-    def from_step(cls, lora_ids: Sequence[int | None], q_lens: Sequence[int]) -> LoraBatch | None:
-        """Groups from each sequence's adapter (None: base) and its tokens in the step; None
-        when no sequence has an adapter."""
-        groups: list[LoraGroup] = []
-        row = 0
-        for lora_id, n in zip(lora_ids, q_lens, strict=True):
-            if lora_id is not None:
-                if groups and groups[-1].lora_id == lora_id and groups[-1].stop == row:
-                    groups[-1] = LoraGroup(lora_id, groups[-1].start, row + n)
-                else:
-                    groups.append(LoraGroup(lora_id, row, row + n))
-            row += n
-        return cls(tuple(groups)) if groups else None
+    def from_step(
+        cls, lora_ids: Sequence[int | None], q_lens: Sequence[int], device: torch.device
+    ) -> LoraBatch | None:
+        """From each sequence's adapter (None: base) and its tokens in the step; None when no
+        sequence has an adapter."""
+        present = tuple(sorted({i for i in lora_ids if i is not None}))
+        if not present:
+            return None
+        ids = torch.tensor([BASE_ROW if i is None else i for i in lora_ids], dtype=torch.int64)
+        rows = torch.repeat_interleave(ids, torch.tensor(q_lens, dtype=torch.int64))
+        return cls(present, rows.to(device))

@@ -33,8 +33,15 @@ class LoraSlice:
 
 
 class LoraLinear(nn.Module):
-    """`base(x)` plus, for the rows of each adapter in the step, that adapter's update on each
-    slice it targets, through op `grouped_lora`.
+    """`base(x)` plus, for each row under an adapter, that adapter's update on every slice it
+    targets: two GEMMs per step through op `grouped_lora`, whatever the step's adapters and
+    slices (S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023).
+
+    Per adapter the slices' weights are held as one `A` `[R_a, in]` (its slices' A stacked) and
+    one `B` `[out, R_a]` (each slice's B in its own output rows, zero elsewhere; the scaling
+    folded in). A step stacks the `A`s and `B`s of its adapters (`LoraBatch.lora_ids`) along
+    the rank, cached until the step's adapters or the layer's weights change, so steady decode
+    builds nothing (the cache is one more copy of those adapters' weights).
 
     Without a LoRA request in the step (`ForwardContext.lora` None) it is `base(x)` alone, so
     base-model steps, and graph-mode steps (which never carry LoRA rows), pay one attribute
@@ -55,17 +62,32 @@ class LoraLinear(nn.Module):
         self.out_features = sum(s.size for s in slices)
         self.slices = slices
         self.sizes = getattr(base, "sizes", None)  # MergedProjection's split, read by callers
-        self._weights: dict[int, tuple[LoraWeights | None, ...]] = {}
+        self._weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._stack_key: tuple[int, ...] | None = None
+        self._stack: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._ops = active_ops()
 
     def set_adapter(self, lora_id: int, weights: tuple[LoraWeights | None, ...]) -> None:
         """Hold an adapter's weights per slice (None: the adapter does not target it)."""
         assert len(weights) == len(self.slices), "one entry per slice"
-        self._weights[lora_id] = weights
+        self.remove_adapter(lora_id)
+        parts = [(s, w) for s, w in zip(self.slices, weights, strict=True) if w is not None]
+        if not parts:
+            return
+        a = torch.cat([w.a for _, w in parts])
+        b = a.new_zeros(self.out_features, a.shape[0])
+        col = 0
+        for s, w in parts:
+            b[s.start : s.start + s.size, col : col + w.a.shape[0]] = w.b
+            col += w.a.shape[0]
+        if a.device.type == "cpu" and a.dtype in (torch.bfloat16, torch.float16):
+            a, b = a.float(), b.float()  # small 16-bit GEMMs are 2-3x slower on CPUs
+        self._weights[lora_id] = (a.t().contiguous(), b.t().contiguous())  # [in, r], [r, out]
 
     def remove_adapter(self, lora_id: int) -> None:
         """Forget an adapter (no-op if not held)."""
         self._weights.pop(lora_id, None)
+        self._stack_key = self._stack = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., in]` -> `[..., out]`."""
@@ -77,28 +99,29 @@ class LoraLinear(nn.Module):
             return self.base.reduce(self._add_updates(self.base.partial(x), x, batch))
         return self._add_updates(self.base(x), x, batch)
 
+    def _stacked(
+        self, lora_ids: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """`A^T` `[in, R]`, `B^T` `[R, out]` and each rank column's adapter id `[R]` of the
+        step's adapters that target this layer (None: none does)."""
+        if lora_ids != self._stack_key:
+            held = [(i, self._weights[i]) for i in lora_ids if i in self._weights]
+            self._stack_key, self._stack = lora_ids, None
+            if held:
+                a = torch.cat([ab[0] for _, ab in held], dim=1)
+                b = torch.cat([ab[1] for _, ab in held])
+                cols = [torch.full((ab[0].shape[1],), i, dtype=torch.int64) for i, ab in held]
+                self._stack = (a, b, torch.cat(cols).to(a.device))
+        return self._stack
+
     def _add_updates(self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch) -> torch.Tensor:
+        stack = self._stacked(batch.lora_ids)
+        if stack is None:
+            return y
+        a, b, cols = stack
         flat_x = x.reshape(-1, self.in_features)
         flat_y = y.reshape(-1, self.out_features)
-        for i, part in enumerate(self.slices):
-            a, b, starts, stops = [], [], [], []
-            for group in batch.groups:
-                held = self._weights.get(group.lora_id)
-                w = None if held is None else held[i]
-                if w is not None:
-                    a.append(w.a)
-                    b.append(w.b)
-                    starts.append(group.start)
-                    stops.append(group.stop)
-            if not a:
-                continue
-            if len(self.slices) == 1:
-                flat_y = self._ops.grouped_lora(flat_y, flat_x, a, b, starts, stops)
-            else:
-                cols = slice(part.start, part.start + part.size)
-                updated = self._ops.grouped_lora(flat_y[:, cols], flat_x, a, b, starts, stops)
-                flat_y[:, cols] = updated
-        return flat_y.view(y.shape)
+        return self._ops.grouped_lora(flat_y, flat_x, a, b, batch.row_ids, cols).view(y.shape)
 
     def extra_repr(self) -> str:
         return f"slices={[s.module.rpartition('.')[2] for s in self.slices]}"

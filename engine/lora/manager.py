@@ -13,7 +13,7 @@ import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -52,6 +52,7 @@ class LoraStats:
         running: names of the adapters with a request in the running batch (vLLM's
             `vllm:lora_requests_info` `running_lora_adapters`).
         waiting: names of the adapters with a request waiting (`waiting_lora_adapters`).
+        max_loras: adapters one running batch may hold (`max_lora`).
     """
 
     registered: tuple[str, ...]
@@ -61,6 +62,7 @@ class LoraStats:
     evictions: int
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
+    max_loras: int = 0
 
 
 class LoraManager:
@@ -166,16 +168,12 @@ class LoraManager:
             self._executor.add_lora(adapter)
             self._on_device[lora_id] = None
 
-    def group(self, batch: SchedulerOutput) -> SchedulerOutput:
-        """The step with its sequences ordered by adapter (base first, arrival order kept
-        within each), so each adapter's rows are one group (`engine.lora.batch`), and every
-        adapter of it ready on the device (`prepare`)."""
+    def prepare_step(self, batch: SchedulerOutput) -> None:
+        """Make every adapter of the step ready on the device (`prepare`); rows may come in
+        any order (`engine.lora.batch` marks each row's adapter)."""
         ids = {s.seq.lora_id for s in batch.scheduled if s.seq.lora_id is not None}
-        if not ids:
-            return batch
-        self.prepare(ids)
-        ordered = sorted(batch.scheduled, key=lambda s: s.seq.lora_id or 0)  # ids start at 1
-        return replace(batch, scheduled=tuple(ordered))
+        if ids:
+            self.prepare(ids)
 
     def stats(
         self, running: Iterable[int | None] = (), waiting: Iterable[int | None] = ()
@@ -195,4 +193,5 @@ class LoraManager:
             evictions=self.cache.evictions,
             running=named(running),
             waiting=named(waiting),
+            max_loras=self.config.max_loras,
         )

@@ -14,10 +14,13 @@
 | moe_combine | `moe_routing.moe_combine` | `npu_moe_finalize_routing` | — |
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
-| grouped_lora | `lora.grouped_lora` | `npu_grouped_matmul` (shrink, expand) | — |
+| grouped_lora | `lora.grouped_lora` | the reference** | — |
 
 "—" means the reference runs on that platform. * cuda; on cpu our own kernel
-(`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`).
+(`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`). ** registered as `npu`
+as it is: two dense GEMMs and a mask (`aclnnMatmul`, `aclnnInplaceMaskedFillScalar`,
+`aclnnAddmm` through torch_npu's aten dispatch), fewer launches than `npu_grouped_matmul`'s one
+shrink and one expand per slice of a merged projection.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -46,7 +49,6 @@ from npu_ops.ops import (
 )
 from npu_ops.ops.npu import attention as npu_attention
 from npu_ops.ops.npu import elementwise as npu_elementwise
-from npu_ops.ops.npu import lora as npu_lora
 from npu_ops.ops.npu import moe as npu_moe
 from npu_ops.ops.npu import quant as npu_quant
 from npu_ops.ops.registry import OpRegistry
@@ -75,7 +77,7 @@ def build_registry() -> OpRegistry:
     reg.define("moe_combine", moe_routing.moe_combine, "weighted un-sort of expert outputs")
     reg.define("dynamic_quant", quant.dynamic_quant, "per-token int8 quantisation")
     reg.define("quant_matmul", quant.quant_matmul, "W8A8 matmul with dequant")
-    reg.define("grouped_lora", lora.grouped_lora, "LoRA updates of token groups by adapter")
+    reg.define("grouped_lora", lora.grouped_lora, "LoRA updates of rows by their adapter")
 
     reg.register("rms_norm", "npu", npu_elementwise.rms_norm, NPU)
     reg.register("add_rms_norm", "npu", npu_elementwise.add_rms_norm, NPU)
@@ -89,7 +91,7 @@ def build_registry() -> OpRegistry:
     reg.register("moe_combine", "npu", npu_moe.moe_combine, NPU)
     reg.register("dynamic_quant", "npu", npu_quant.dynamic_quant, NPU)
     reg.register("quant_matmul", "npu", npu_quant.quant_matmul, NPU)
-    reg.register("grouped_lora", "npu", npu_lora.grouped_lora, NPU)
+    reg.register("grouped_lora", "npu", lora.grouped_lora, NPU)
 
     reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
     reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)

@@ -229,15 +229,20 @@ def _combine_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
 
 
 def _lora_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
-    """Three adapters of ranks 8, 16 and 64 over a q projection, base rows between them."""
+    """Adapters 1, 2 and 3 of ranks 8, 16 and 64 stacked over a q projection; base rows (id 0)
+    between their rows."""
     t, h, dt = s.num_tokens, s.hidden_size, s.dtype
     out = s.num_heads * s.k_head_dim
     ranks, bounds = (8, 16, 64), ((1, t // 4), (t // 4, t // 2), (t // 2 + 3, t))
+    row_ids = torch.zeros(t, dtype=torch.int64)
+    for i, (start, stop) in enumerate(bounds):
+        row_ids[start:stop] = i + 1
+    col_ids = torch.cat([torch.full((r,), i + 1, dtype=torch.int64) for i, r in enumerate(ranks)])
     return (
         _randn(g, t, out, dtype=dt),
         _randn(g, t, h, dtype=dt),
-        [_randn(g, r, h, dtype=dt, scale=h**-0.5) for r in ranks],
-        [_randn(g, out, r, dtype=dt, scale=r**-0.5) for r in ranks],
-        [b[0] for b in bounds],
-        [b[1] for b in bounds],
+        torch.cat([_randn(g, h, r, dtype=dt, scale=h**-0.5) for r in ranks], dim=1),
+        torch.cat([_randn(g, r, out, dtype=dt, scale=r**-0.5) for r in ranks]),
+        row_ids,
+        col_ids,
     )

@@ -7,7 +7,6 @@ No Ray and no HTTP here: the router's ingress extracts features (`extract_featur
 from __future__ import annotations
 
 from router.policy.capabilities import Rejection, check_capabilities
-from router.policy.config import AUTO_ALIAS, Condition, ModelCapabilities, PolicyConfig, Rule
 from router.policy.decide import Decision, decide
 from router.policy.errors import (
     NoHealthyModel,
@@ -25,20 +24,15 @@ from router.policy.features import (
 from router.policy.prompt_tokens import estimate_prompt_tokens
 
 __all__ = [
-    "AUTO_ALIAS",
     "PRIORITY_HEADER",
     "TENANT_HEADER",
-    "Condition",
     "Decision",
-    "ModelCapabilities",
     "ModelState",
     "NoHealthyModel",
     "NoModelCanServe",
-    "PolicyConfig",
     "PolicyError",
     "Rejection",
     "RequestFeatures",
-    "Rule",
     "UnknownModel",
     "check_capabilities",
     "decide",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from router.policy.config import ModelCapabilities
+    from configs.policy_config import ModelCapabilities
     from router.policy.features import RequestFeatures
 
 

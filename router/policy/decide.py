@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from configs.policy_config import AUTO_ALIAS
 from router.policy.capabilities import check_capabilities
-from router.policy.config import AUTO_ALIAS
 from router.policy.errors import NoHealthyModel, NoModelCanServe, UnknownModel
 from router.policy.features import ModelState
-from router.policy.match import condition_matches, rule_aliases
+from router.policy.match import condition_matches
 
 if TYPE_CHECKING:
-    from router.policy.config import ModelCapabilities, PolicyConfig, Rule
+    from configs.policy_config import ModelCapabilities, PolicyConfig, Rule
     from router.policy.features import RequestFeatures
 
 # A model with no reported state yet (e.g. just started) is assumed healthy and idle.
@@ -106,7 +106,7 @@ def _plan(
 
 def _first_match(features: RequestFeatures, policy: PolicyConfig, alias: str) -> Rule | None:
     for rule in policy.rules:
-        if alias in rule_aliases(rule, policy) and condition_matches(rule.when, features, alias):
+        if alias in policy.rule_aliases(rule) and condition_matches(rule.when, features, alias):
             return rule
     return None
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from configs.policy_config import ResponseFormatKind, ToolChoiceKind
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.tools import ResponseFormatKind, ToolChoiceKind
 from router.policy.prompt_tokens import estimate_chat_tokens, estimate_completion_tokens
 
 InputField = Literal["messages", "prompt"]

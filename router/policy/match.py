@@ -1,26 +1,12 @@
-"""Whether a rule applies to a request: its alias scope and its condition."""
+"""Whether a rule's condition holds for a request."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from router.policy.config import Condition, PolicyConfig, Rule
+    from configs.policy_config import Condition
     from router.policy.features import RequestFeatures
-
-
-def rule_aliases(rule: Rule, policy: PolicyConfig) -> set[str]:
-    """The aliases a rule can fire for.
-
-    Those its `when.model` names (all aliases when unset), narrowed to the aliases that contain
-    at least one of its targets: a rule cannot route an alias's request outside the alias.
-    """
-    names = rule.when.model if rule.when.model is not None else policy.alias_names()
-    return {
-        name
-        for name in names
-        if any(target in (policy.alias_models(name) or ()) for target in rule.targets)
-    }
 
 
 def condition_matches(condition: Condition, features: RequestFeatures, alias: str) -> bool:

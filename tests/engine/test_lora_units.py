@@ -1,23 +1,65 @@
-"""LoRA building blocks on their own: batch grouping, peft's pattern matching and scaling,
-the host cache's LRU order and counters."""
+"""LoRA building blocks on their own: the batch's row ids, the stacked update against each
+adapter's own per slice, peft's pattern matching and scaling, the host cache's LRU order and
+counters."""
 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import pytest
 import torch
 
-from engine.lora.adapter import LoraAdapter, LoraRef
+from engine.attention import AttentionMetadata
+from engine.forward_context import ForwardContext, forward_context
+from engine.lora.adapter import LoraAdapter, LoraRef, LoraWeights
 from engine.lora.adapter_config import AdapterConfig, pattern_key
-from engine.lora.batch import LoraBatch, LoraGroup
+from engine.lora.batch import LoraBatch
 from engine.lora.host_cache import LoraHostCache
+from engine.lora.layer import LoraLinear, LoraSlice
 
 
-def test_batch_groups_consecutive_rows_of_one_adapter() -> None:
-    batch = LoraBatch.from_step([None, 3, 3, None, 5], [4, 1, 2, 1, 3])
-    assert batch == LoraBatch((LoraGroup(3, 4, 7), LoraGroup(5, 8, 11)))
-    assert LoraBatch.from_step([None, None], [2, 1]) is None
+def test_batch_marks_each_rows_adapter() -> None:
+    batch = LoraBatch.from_step([None, 5, 3, None, 5], [4, 1, 2, 1, 3], torch.device("cpu"))
+    assert batch is not None and batch.lora_ids == (3, 5)
+    assert batch.row_ids.tolist() == [0, 0, 0, 0, 5, 3, 3, 0, 5, 5, 5]
+    assert LoraBatch.from_step([None, None], [2, 1], torch.device("cpu")) is None
+
+
+def test_stacked_updates_equal_each_adapters_own_per_slice() -> None:
+    # a merged projection of three slices; adapter 1 (rank 2) targets slices 0 and 2, adapter 2
+    # (rank 4) slice 1 only, adapter 3 (rank 3) every slice but has no row in the step
+    g = torch.Generator().manual_seed(0)
+    slices = (LoraSlice("q", 0, 5), LoraSlice("k", 5, 3), LoraSlice("v", 8, 4))
+    base = torch.nn.Linear(6, 12, bias=False, dtype=torch.float64)
+    layer = LoraLinear(base, 6, slices)
+
+    def w(rank: int, out: int) -> LoraWeights:
+        a = torch.randn(rank, 6, generator=g, dtype=torch.float64)
+        return LoraWeights(a, torch.randn(out, rank, generator=g, dtype=torch.float64))
+
+    weights = {
+        1: (w(2, 5), None, w(2, 4)),
+        2: (None, w(4, 3), None),
+        3: (w(3, 5), w(3, 3), w(3, 4)),
+    }
+    for lora_id, per_slice in weights.items():
+        layer.set_adapter(lora_id, per_slice)
+    x = torch.randn(2, 4, 6, generator=g, dtype=torch.float64)
+    batch = LoraBatch.from_step([2, None, 1, 2], [2, 3, 2, 1], torch.device("cpu"))
+    assert batch is not None
+    want = base(x).reshape(-1, 12)
+    for row, lora_id in enumerate(batch.row_ids.tolist()):
+        for s, sw in zip(slices, weights.get(lora_id, (None,) * 3), strict=True):
+            if sw is not None:
+                want[row, s.start : s.start + s.size] += sw.b @ (sw.a @ x.reshape(-1, 6)[row])
+    meta = cast(AttentionMetadata, None)
+    ctx = ForwardContext(meta, torch.empty(0), torch.empty(0), lora=batch)
+    with torch.no_grad(), forward_context(ctx):
+        got = layer(x)
+        a, b, cols = layer._stacked(batch.lora_ids)  # adapter 3 is held but not stacked
+    torch.testing.assert_close(got, want.reshape(2, 4, 12))
+    assert (a.shape, b.shape, cols.tolist()) == ((6, 4 + 4), (8, 12), [1] * 4 + [2] * 4)
 
 
 def test_patterns_and_scaling_follow_peft() -> None:
@@ -59,7 +101,5 @@ def test_host_cache_keeps_what_it_has_when_a_read_fails() -> None:
 
 
 def test_adapter_bytes() -> None:
-    from engine.lora.adapter import LoraWeights
-
     w = LoraWeights(torch.zeros(2, 3), torch.zeros(4, 2))
     assert LoraAdapter(LoraRef("a", "/a", 1), {"m": w}).nbytes() == (6 + 8) * 4

@@ -1,4 +1,4 @@
-"""Fixtures for the op, doctor and planning tests (CPU only, no torch_npu needed)."""
+"""Fixtures for the op tests (CPU only, no torch_npu needed)."""
 
 from __future__ import annotations
 

@@ -226,40 +226,6 @@ def npu_incre_flash_attention(
     return out.view(batch, 1, hq)
 
 
-def npu_grouped_matmul(
-    x: list[torch.Tensor],
-    weight: list[torch.Tensor],
-    *,
-    bias: list[torch.Tensor] | None = None,
-    scale: list[torch.Tensor] | None = None,
-    offset: list[torch.Tensor] | None = None,
-    antiquant_scale: list[torch.Tensor] | None = None,
-    antiquant_offset: list[torch.Tensor] | None = None,
-    per_token_scale: list[torch.Tensor] | None = None,
-    group_list: Any = None,
-    activation_input: list[torch.Tensor] | None = None,
-    activation_quant_scale: list[torch.Tensor] | None = None,
-    activation_quant_offset: list[torch.Tensor] | None = None,
-    split_item: int = 0,
-    group_type: int | None = None,
-    group_list_type: int = 0,
-    act_type: int = 0,
-    tuning_config: list[int] | None = None,
-    output_dtype: torch.dtype | None = None,
-) -> list[torch.Tensor]:
-    """torch_npu.npu_grouped_matmul(x, weight, *, ..., split_item=0, group_type=None, ...) ->
-    list; op-plugin docs/context/torch_npu-npu_grouped_matmul.md. Only the multi-tensor form
-    the engine uses: `group_type=-1`, `split_item` 0 or 1, output i = x[i] @ weight[i]."""
-    record("npu_grouped_matmul", groups=len(x), split_item=split_item, group_type=group_type)
-    assert isinstance(x, list) and isinstance(weight, list) and len(x) == len(weight) > 0
-    assert group_type == -1 and group_list is None and split_item in (0, 1)
-    assert len(x) <= 128, "at most 128 groups"
-    for xi, wi in zip(x, weight, strict=True):
-        assert xi.dim() == 2 and wi.dim() == 2 and xi.shape[1] == wi.shape[0], (xi.shape, wi.shape)
-        assert xi.dtype in FLOATS and wi.dtype == xi.dtype, (xi.dtype, wi.dtype)
-    return [xi @ wi for xi, wi in zip(x, weight, strict=True)]
-
-
 def make_module() -> types.ModuleType:
     """A fresh `torch_npu` stand-in module exposing the functions above."""
     module = types.ModuleType("torch_npu")
@@ -276,7 +242,6 @@ def make_module() -> types.ModuleType:
         npu_moe_finalize_routing,
         npu_dynamic_quant,
         npu_quant_matmul,
-        npu_grouped_matmul,
     ):
         setattr(module, fn.__name__, fn)
     return module

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-from types import ModuleType
-
 import torch
 
 from npu_ops.ops.samples import OpShapes
@@ -35,14 +32,3 @@ def small_shapes(dtype: torch.dtype = torch.float32, **overrides: object) -> OpS
     }
     fields.update(overrides)
     return OpShapes(**fields)  # type: ignore[arg-type]
-
-
-def run_command(module: ModuleType, argv: list[str]) -> int:
-    """Run one `ascend-router` sub-command module with `argv`, as `cli.main.main` would.
-
-    Only this module is registered, so the test does not depend on the other sub-commands.
-    """
-    parser = argparse.ArgumentParser(prog="ascend-router")
-    module.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))

@@ -282,15 +282,21 @@ def test_quant_matmul_rejects_float_inputs() -> None:
         )
 
 
-def test_grouped_lora_adds_each_groups_update_row_by_row() -> None:
+def test_grouped_lora_adds_each_rows_own_adapters_update() -> None:
     x, y = torch.randn(10, 12, dtype=torch.float64), torch.randn(10, 6, dtype=torch.float64)
-    a = [torch.randn(r, 12, dtype=torch.float64) for r in (2, 5)]
-    b = [torch.randn(6, r, dtype=torch.float64) for r in (2, 5)]
-    groups = [(0, 1, 4), (1, 6, 9)]  # rows 0, 4, 5 and 9 run on the base model
+    ranks = {4: 2, 7: 5}  # adapter id -> rank
+    a = {i: torch.randn(r, 12, dtype=torch.float64) for i, r in ranks.items()}
+    b = {i: torch.randn(6, r, dtype=torch.float64) for i, r in ranks.items()}
+    row_ids = torch.tensor([0, 4, 4, 4, 0, 0, 7, 7, 7, 0])  # rows 0, 4, 5, 9: the base model
+    col_ids = torch.tensor([i for i, r in ranks.items() for _ in range(r)])
     want = y.clone()
-    for g, start, stop in groups:
-        for row in range(start, stop):
-            want[row] += b[g] @ (a[g] @ x[row])
-    got = lora.grouped_lora(y, x, a, b, [1, 6], [4, 9])
+    for row, i in enumerate(row_ids.tolist()):
+        if i:
+            want[row] += b[i] @ (a[i] @ x[row])
+    a_t, b_t = torch.cat([a[4], a[7]]).t(), torch.cat([b[4], b[7]], dim=1).t()
+    got = lora.grouped_lora(y, x, a_t, b_t, row_ids, col_ids)
     torch.testing.assert_close(got, want)
+    fp32 = lora.grouped_lora(y.bfloat16(), x.bfloat16(), a_t.float(), b_t.float(), row_ids, col_ids)
+    assert fp32.dtype == torch.bfloat16  # computed in the adapters' dtype, returned in y's
+    torch.testing.assert_close(fp32, want.bfloat16(), atol=0.1, rtol=0.05)
     assert not torch.equal(got, y), "y itself is left as it was"

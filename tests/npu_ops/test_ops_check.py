@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from op_helpers import run_command, small_shapes
+from cli_helpers import run_command
+from op_helpers import small_shapes
 
 from cli import main as cli_main
 from cli import ops_check_cmd

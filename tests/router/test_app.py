@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from configs.monitoring import MonitoringConfig
 from deployments.metrics_board import METRICS_BOARD
 from router.app import build_app
 from router.auth import authorized
+from router.lora_registry import LORA_REGISTRY
 from router.load import LoadTracker, ModelLimits
 
 
@@ -86,7 +88,8 @@ def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None
     }
     monkeypatch.setenv("ASCEND_ROUTER_API_KEYS", "k1, k2")
     router = build_app(args)._bound_deployment  # Ray has no public accessor for this
-    config_arg, models = router.init_args
+    config_arg, models, registry = router.init_args
+    assert registry is None  # no model allows runtime LoRA loading
     assert config_arg["api_keys"] == ["k1", "k2"]
     fast = models["smollm2-fast"]._bound_deployment
     long = models["smollm2-long"]._bound_deployment
@@ -102,19 +105,29 @@ def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_every_model_reports_to_the_applications_one_metrics_board() -> None:
-    _, models = build_app(local_app_args())._bound_deployment.init_args
+    _, models, _ = build_app(local_app_args())._bound_deployment.init_args
     boards = set()
     for model in models.values():
-        _, board, monitoring = model._bound_deployment.init_args
+        _, board, monitoring, _ = model._bound_deployment.init_args
         boards.add(id(board))
         assert board._bound_deployment.name == METRICS_BOARD
         assert monitoring == MonitoringConfig().model_dump()
     assert len(boards) == 1
 
 
+def test_runtime_lora_binds_one_registry_for_the_router_and_the_models(tmp_path: Path) -> None:
+    args = local_app_args()
+    lora = {"allow_runtime_lora": True, "lora_root": str(tmp_path)}
+    args["models"][1]["engine"]["lora"] = lora
+    _, models, registry = build_app(args)._bound_deployment.init_args
+    assert registry._bound_deployment.name == LORA_REGISTRY
+    regs = [m._bound_deployment.init_args[3] for m in models.values()]
+    assert all(r is registry for r in regs)
+
+
 def test_configured_api_keys_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASCEND_ROUTER_API_KEYS", "from-env")
-    config_arg, _ = build_app(
+    config_arg, _, _ = build_app(
         {**local_app_args(), "api_keys": ["from-yaml"]}
     )._bound_deployment.init_args
     assert config_arg["api_keys"] == ["from-yaml"]

@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 
+from configs.policy_config import ModelCapabilities, PolicyConfig
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request
 from router.policy import (
     Decision,
-    ModelCapabilities,
     ModelState,
     NoHealthyModel,
     NoModelCanServe,
-    PolicyConfig,
     RequestFeatures,
     UnknownModel,
     decide,

@@ -21,14 +21,17 @@ def keyed_url(serve_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models", "/metrics"])
+POSTS = ("/v1/chat/completions", "/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+
+
+@pytest.mark.parametrize("path", [*POSTS, "/v1/models", "/metrics"])
 @pytest.mark.parametrize(
     "authorization", [None, "Bearer wrong", "Basic key-one", "Bearer"], ids=str
 )
 def test_missing_or_wrong_key_is_401(keyed_url: str, path: str, authorization: str | None) -> None:
     headers = {"authorization": authorization} if authorization else {}
     with httpx.Client(base_url=keyed_url, timeout=60, headers=headers) as client:
-        resp = client.post(path, json=BODY) if path.startswith("/v1/chat") else client.get(path)
+        resp = client.post(path, json=BODY) if path in POSTS else client.get(path)
     assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
     error = resp.json()["error"]
     assert (error["type"], error["code"]) == ("authentication_error", "invalid_api_key")
@@ -42,6 +45,8 @@ def test_right_key_is_served_and_health_stays_open(keyed_url: str) -> None:
         ) as c:
             assert c.post("/v1/chat/completions", json=BODY).status_code == 200
             assert c.get("/v1/models").status_code == 200 and c.get("/metrics").status_code == 200
+            off = c.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "x"})
+            assert off.status_code == 403  # past the key check: runtime loading is off here
     assert httpx.get(f"{keyed_url}/health", timeout=60).status_code == 200
 
 

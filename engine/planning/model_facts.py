@@ -6,9 +6,9 @@ deployment's `shape` section. The parameter count is read from the checkpoint's 
 (safetensors headers or GGUF tensor info, nothing is loaded) and falls back to
 `shape.num_parameters`.
 
-Layering note: the KV geometry uses `engine.kv_cache.KVCacheSpec` (THE KV formula of the
-engine), and checkpoint resolution `engine.model_loader`, so this planning package imports from
-`engine/`; it belongs beside the engine's KV budget if the layers are tidied.
+The KV geometry is the engine's own (`engine.kv_cache.KVCacheSpec`) and checkpoints resolve as
+the engine loads them (`engine.model_loader`), which is why planning lives in `engine/`, beside
+the runtime KV budget (`engine.kv_budget`).
 """
 
 from __future__ import annotations

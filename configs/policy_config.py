@@ -16,7 +16,8 @@ Example (YAML)::
     default_targets: [qwen3-8b, qwen3-32b]
 
 Parsing checks shapes and types only; `PolicyConfig.validate_against` checks the policy against
-the served models and must be called once at start-up (it is what makes `decide` safe).
+the served models (`configs.policy_validation`) and must be called once at start-up (it is what
+makes `router.policy.decide` safe); `RouterAppConfig` calls it when the config is parsed.
 """
 
 from __future__ import annotations
@@ -25,10 +26,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deployments.protocol.tools import ResponseFormatKind, ToolChoiceKind
-from router.policy.validation import check_policy
+from configs.policy_validation import check_policy
 
 AUTO_ALIAS = "auto"
+"""The alias of a request that omits `model`."""
+
+ToolChoiceKind = Literal["none", "auto", "required", "named"]
+"""`tool_choice` as a kind: a forced function is `named` (the policy YAML's spelling too)."""
+
+ResponseFormatKind = Literal["text", "json_object", "json_schema"]
+"""`response_format.type`."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -174,6 +181,20 @@ class PolicyConfig(BaseModel):
     def alias_names(self) -> list[str]:
         """Every alias name, `auto` included."""
         return list(self.aliases) + ([] if AUTO_ALIAS in self.aliases else [AUTO_ALIAS])
+
+    def rule_aliases(self, rule: Rule) -> set[str]:
+        """The aliases `rule` can fire for.
+
+        Those its `when.model` names (all aliases when unset), narrowed to the aliases that
+        contain at least one of its targets: a rule cannot route an alias's request outside the
+        alias.
+        """
+        names = rule.when.model if rule.when.model is not None else self.alias_names()
+        return {
+            name
+            for name in names
+            if any(target in (self.alias_models(name) or ()) for target in rule.targets)
+        }
 
     def fallback_targets(self) -> list[str]:
         """What `auto` routes to when no rule matches."""

@@ -1,4 +1,4 @@
-"""Start-up checks of a `PolicyConfig` against the served models (`validate_against`).
+"""Start-up checks of a routing `PolicyConfig` against the served models (`validate_against`).
 
 Every error names the rule or alias at fault, the bad value and what to change, so an operator
 can fix the Serve config without reading this code.
@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from router.policy.match import rule_aliases
-
 if TYPE_CHECKING:
-    from router.policy.config import Condition, ModelCapabilities, PolicyConfig, Rule
+    from configs.policy_config import Condition, ModelCapabilities, PolicyConfig, Rule
 
 _TOKEN_FIELDS = ("max_tokens_lte", "max_tokens_gte", "prompt_tokens_gt", "prompt_tokens_lte")
 _LIST_FIELDS = ("model", "tool_choice", "response_format", "tenant", "priority")
@@ -120,7 +118,7 @@ def _check_condition(
 def _check_scope(where: str, rule: Rule, policy: PolicyConfig) -> None:
     """A rule fires for an alias only if it targets one of the alias's models."""
     named = rule.when.model if rule.when.model is not None else policy.alias_names()
-    scope = rule_aliases(rule, policy)
+    scope = policy.rule_aliases(rule)
     if not scope:
         raise ValueError(
             f"{where}: none of its targets {rule.targets} belongs to an alias it applies to "
@@ -167,9 +165,9 @@ def _check_feasible(where: str, rule: Rule, models: dict[str, ModelCapabilities]
 
 def _check_reachable(where: str, rule: Rule, earlier: Sequence[Rule], policy: PolicyConfig) -> None:
     """Reject a rule every matching request of which an earlier rule already takes."""
-    scope = rule_aliases(rule, policy)
+    scope = policy.rule_aliases(rule)
     for prior in earlier:
-        if scope <= rule_aliases(prior, policy) and _covers(prior.when, rule.when):
+        if scope <= policy.rule_aliases(prior) and _covers(prior.when, rule.when):
             raise ValueError(
                 f"{where} is unreachable: earlier rule {prior.name!r} "
                 f"({prior.when.describe()}) matches every request it matches "

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from op_helpers import run_command
+from cli_helpers import run_command
 from safetensors.torch import save_file
 
 from cli import plan_cmd
 from configs.model_config import ModelDeploymentConfig
 from configs.serve_file import load_app_config, pick_model
-from npu_ops.planning.memory_plan import ACTIVATION_RESERVE_BYTES, GiB, plan_deployment
-from npu_ops.planning.model_facts import model_facts
+from engine.planning.memory_plan import ACTIVATION_RESERVE_BYTES, GiB, plan_deployment
+from engine.planning.model_facts import model_facts
 
 PROD = Path(__file__).resolve().parents[2] / "configs" / "prod.yaml"
 

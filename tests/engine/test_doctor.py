@@ -8,15 +8,15 @@ from pathlib import Path
 
 import npu_smi_samples as smi
 import pytest
-from op_helpers import run_command
+from cli_helpers import run_command
 
 from cli import doctor_cmd
 from configs.serve_file import load_app_config
-from npu_ops.doctor.install_files import read_cann_version, read_version_info
-from npu_ops.doctor.npu_smi import CommandResult, parse_npu_smi_info
-from npu_ops.doctor.probes import RayNode, TorchNpuProbe
-from npu_ops.doctor.report import Check, Status, exit_status
-from npu_ops.doctor.run import DoctorContext, run_doctor
+from engine.doctor.install_files import read_cann_version, read_version_info
+from engine.doctor.npu_smi import CommandResult, parse_npu_smi_info
+from engine.doctor.probes import RayNode, TorchNpuProbe
+from engine.doctor.report import Check, Status, exit_status
+from engine.doctor.run import DoctorContext, run_doctor
 
 PROD = Path(__file__).resolve().parents[2] / "configs" / "prod.yaml"
 GiB = 1 << 30

@@ -12,16 +12,16 @@ import torch
 
 from configs import envs
 from configs.model_config import RouterAppConfig
-from npu_ops.doctor import checks_config, checks_hardware, checks_software
-from npu_ops.doctor.install_files import (
+from engine.doctor import checks_config, checks_hardware, checks_software
+from engine.doctor.install_files import (
     DEFAULT_ROOT,
     TOOLKIT,
     read_cann_version,
     read_version_info,
 )
-from npu_ops.doctor.npu_smi import Runner, run_command
-from npu_ops.doctor.probes import RayNode, TorchNpuProbe, probe_ray, probe_torch_npu
-from npu_ops.doctor.report import Check, Status
+from engine.doctor.npu_smi import Runner, run_command
+from engine.doctor.probes import RayNode, TorchNpuProbe, probe_ray, probe_torch_npu
+from engine.doctor.report import Check, Status
 
 logger = logging.getLogger(__name__)
 MiB = 1 << 20

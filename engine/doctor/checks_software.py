@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from npu_ops.doctor.install_files import CannInstall
-from npu_ops.doctor.probes import TorchNpuProbe
-from npu_ops.doctor.report import Check, Status
-from npu_ops.doctor.torch_pairing import (
+from engine.doctor.install_files import CannInstall
+from engine.doctor.probes import TorchNpuProbe
+from engine.doctor.report import Check, Status
+from engine.doctor.torch_pairing import (
     packages_for_torch,
     published_cann,
     release,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from configs.model_config import ModelDeploymentConfig
-from npu_ops.planning.model_facts import ModelFacts
+from engine.planning.model_facts import ModelFacts
 
 GiB = 1 << 30
 ACTIVATION_RESERVE_BYTES = 2 * GiB

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_ops.doctor.npu_smi import COMMAND_NOT_FOUND, NpuSmiInfo, Runner, parse_npu_smi_info
-from npu_ops.doctor.report import Check, Status
+from engine.doctor.npu_smi import COMMAND_NOT_FOUND, NpuSmiInfo, Runner, parse_npu_smi_info
+from engine.doctor.report import Check, Status
 
 CONTROL_DEVICES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 DEVICE_FIX = (

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from configs.model_config import ModelDeploymentConfig, RouterAppConfig
-from npu_ops.doctor.probes import RayNode
-from npu_ops.doctor.report import Check, Status
-from npu_ops.planning.memory_plan import gib, plan_deployment
-from npu_ops.planning.model_facts import model_facts
+from engine.doctor.probes import RayNode
+from engine.doctor.report import Check, Status
+from engine.planning.memory_plan import gib, plan_deployment
+from engine.planning.model_facts import model_facts
 
 
 def replica_npus(model: ModelDeploymentConfig) -> float:
