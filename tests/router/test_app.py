@@ -14,8 +14,8 @@ from configs.monitoring import MonitoringConfig
 from deployments.metrics_board import METRICS_BOARD
 from router.app import build_app
 from router.auth import authorized
-from router.lora_registry import LORA_REGISTRY
 from router.load import LoadTracker, ModelLimits
+from router.lora_registry import LORA_REGISTRY
 
 
 def with_policy(**policy: Any) -> dict[str, Any]:
