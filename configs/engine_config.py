@@ -77,6 +77,14 @@ class EngineConfig(BaseModel):
     placement_timeout_s: float = Field(
         60.0, gt=0, description="Seconds to wait for the ranks' devices before failing."
     )
+    tensor_parallel_placement: Literal["STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD"] = Field(
+        "STRICT_PACK",
+        description="Ray placement-group strategy of the tensor-parallel ranks: `STRICT_PACK` "
+        "keeps them on one node (collectives stay inside it); `PACK` prefers one node; "
+        "`SPREAD`/`STRICT_SPREAD` put them on different nodes (a model wider than one node). "
+        "Rank 0's node IP as Ray reports it is where the other ranks meet "
+        "(`engine.parallel.worker.rendezvous_host`).",
+    )
     enforce_eager: bool = Field(
         True,
         description=(

@@ -138,6 +138,7 @@ class LLMEngine:
                 config.placement_timeout_s,
                 graphs,
                 lora=config.lora is not None,
+                strategy=config.tensor_parallel_placement,
             )
         try:
             self.lora = None

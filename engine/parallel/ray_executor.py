@@ -1,8 +1,10 @@
 """Runs steps on `tensor_parallel_size` rank actors placed in one Ray placement group.
 
 Each rank asks Ray for one `NPU` (Ascend) or one `GPU` (CUDA), or `rank_num_cpus` of a CPU here,
-in one placement group (`STRICT_PACK`: one node, so the group's collectives stay local). The
-engine (scheduler) sends every rank the same `StepInput`; rank 0 returns the logits.
+in one placement group (`engine.tensor_parallel_placement`; by default `STRICT_PACK`: one node,
+so the group's collectives stay local). The ranks meet at rank 0's node IP as Ray reports it
+(`engine.parallel.worker.rendezvous_host`). The engine (scheduler) sends every rank the same
+`StepInput`; rank 0 returns the logits.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class RayExecutor:
         placement_timeout_s: how long to wait for the ranks' resources.
         graphs: decode steps to run as captured graphs on every rank (None: every step eager).
         lora: wrap every rank's linears for LoRA adapters (sharded like their base layers).
+        strategy: the placement group's strategy (`STRICT_PACK`, `PACK`, `SPREAD`,
+            `STRICT_SPREAD`).
 
     Raises:
         RuntimeError: the placement group was not placed in time (names the resources asked
@@ -65,14 +69,15 @@ class RayExecutor:
         placement_timeout_s: float,
         graphs: DecodeGraphSpec | None = None,
         lora: bool = False,
+        strategy: str = "STRICT_PACK",
     ) -> None:
         bundle = rank_bundle(rank_num_cpus)
-        self.pg = placement_group([bundle] * world, strategy="STRICT_PACK")
+        self.pg = placement_group([bundle] * world, strategy=strategy)
         ready, _ = ray.wait([self.pg.ready()], timeout=placement_timeout_s)
         if not ready:
             remove_placement_group(self.pg)
             raise RuntimeError(
-                f"tensor_parallel_size={world} needs {world} x {bundle} on one node, but Ray "
+                f"tensor_parallel_size={world} needs {world} x {bundle} ({strategy}), but Ray "
                 f"could not place them within {placement_timeout_s:.0f}s (cluster resources: "
                 f"{ray.cluster_resources()}, available: {ray.available_resources()})"
             )
@@ -90,8 +95,11 @@ class RayExecutor:
             for rank in range(world)
         ]
         try:
-            port = ray.get(self.workers[0].open_rendezvous.remote(), timeout=placement_timeout_s)
-            ray.get([w.join.remote(port) for w in self.workers], timeout=placement_timeout_s)
+            host, port = ray.get(
+                self.workers[0].open_rendezvous.remote(), timeout=placement_timeout_s
+            )
+            joins = [w.join.remote(host, port) for w in self.workers]
+            ray.get(joins, timeout=placement_timeout_s)
             loads = [
                 w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, graphs, lora)
                 for w in self.workers

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 from datetime import timedelta
 
+import ray
 import torch
 import torch.distributed as dist
 
@@ -17,13 +19,31 @@ from engine.lora.adapter import LoraAdapter
 from engine.model_loader import CheckpointRef, load_model
 from engine.parallel.sharding import LinearShard, shard_model
 from engine.step_input import StepInput
-from npu_ops.platform import current_platform
+from npu_ops.platform import DeviceKind, current_platform
 
 logger = logging.getLogger(__name__)
 
 
-_RENDEZVOUS_HOST = "127.0.0.1"  # the ranks share one node (STRICT_PACK placement group)
 _GROUP_TIMEOUT = timedelta(seconds=120)
+RENDEZVOUS_HOST_ENV = "ASCEND_ROUTER_RENDEZVOUS_HOST"
+
+
+def rendezvous_host() -> str:
+    """The address at which the other ranks reach rank 0's TCP store (called on rank 0).
+
+    `ASCEND_ROUTER_RENDEZVOUS_HOST` if set; else, on Ascend, `HCCL_IF_IP` if set (the
+    interface HCCL is told to use); else this node's IP as Ray reports it
+    (`ray.util.get_node_ip_address`), so that ranks on other nodes reach it. Gloo picks its own
+    interface from `GLOO_SOCKET_IFNAME` and HCCL from `HCCL_IF_IP`/`HCCL_SOCKET_IFNAME`: both
+    are read by those libraries from each rank's environment, which Ray passes on.
+    """
+    override = os.environ.get(RENDEZVOUS_HOST_ENV)
+    if override:
+        return override
+    hccl = os.environ.get("HCCL_IF_IP")
+    if hccl and current_platform().kind is DeviceKind.NPU:
+        return hccl
+    return ray.util.get_node_ip_address()
 
 
 class RankWorker:
@@ -32,7 +52,8 @@ class RankWorker:
     Made a Ray actor with `ray.remote(RankWorker)` by the executor (decorating the class here
     would make Ray pickle its methods by value instead of by reference). Start-up is three
     calls: rank 0's `open_rendezvous` binds the group's TCP store on a port the OS picks (no
-    pick-then-bind race with other processes), every rank's `join(port)`, then `load`.
+    pick-then-bind race with other processes) and says where it is (`rendezvous_host`), every
+    rank's `join(host, port)`, then `load`.
 
     Args:
         rank: this rank.
@@ -46,27 +67,29 @@ class RankWorker:
         self.world = world
         self._store: dist.TCPStore | None = None
 
-    def open_rendezvous(self) -> int:
-        """Rank 0 only: bind the group's TCP store on an OS-chosen port and return that port."""
+    def open_rendezvous(self) -> tuple[str, int]:
+        """Rank 0 only: bind the group's TCP store on an OS-chosen port (every interface);
+        return the host the other ranks reach it at, and the port."""
+        host = rendezvous_host()
         self._store = dist.TCPStore(
-            _RENDEZVOUS_HOST,
+            host,
             0,
             self.world,
             is_master=True,
             wait_for_workers=False,
             timeout=_GROUP_TIMEOUT,
         )
-        return int(self._store.port)
+        return host, int(self._store.port)
 
-    def join(self, port: int) -> None:
-        """Join the process group through rank 0's store at `port`.
+    def join(self, host: str, port: int) -> None:
+        """Join the process group through rank 0's store at `host:port`.
 
         Raises:
             torch.distributed.DistError: the group did not form within 120 s.
         """
         if self._store is None:
             self._store = dist.TCPStore(
-                _RENDEZVOUS_HOST, port, self.world, is_master=False, timeout=_GROUP_TIMEOUT
+                host, port, self.world, is_master=False, timeout=_GROUP_TIMEOUT
             )
         dist.init_process_group(
             current_platform().dist_backend,

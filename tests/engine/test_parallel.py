@@ -67,3 +67,41 @@ def test_missing_rank_resources_fail_fast_naming_them(ray_session: None, tmp_pat
     )
     with pytest.raises(RuntimeError, match=r"tensor_parallel_size=2 needs 2 x \{'CPU': 8"):
         LLMEngine(str(path), config, tensor_parallel_size=2)
+
+
+def test_spread_placement_needs_a_node_per_rank(ray_session: None, tmp_path: Path) -> None:
+    path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
+    config = EngineConfig(
+        dtype="float32",
+        num_kv_blocks=64,
+        max_model_len=256,
+        rank_num_cpus=0.25,
+        placement_timeout_s=3,
+        tensor_parallel_placement="STRICT_SPREAD",  # one node here: cannot be placed
+    )
+    with pytest.raises(RuntimeError, match=r"needs 2 x \{'CPU': 0.25\} \(STRICT_SPREAD\)"):
+        LLMEngine(str(path), config, tensor_parallel_size=2)
+
+
+def test_rank0_hands_out_its_node_ip_as_ray_reports_it(ray_session: None) -> None:
+    import ray
+
+    from engine.parallel.worker import RankWorker
+
+    rank0 = ray.remote(RankWorker).options(num_cpus=0.05).remote(0, 2, 1)
+    try:
+        host, port = ray.get(rank0.open_rendezvous.remote(), timeout=60)
+    finally:
+        ray.kill(rank0)
+    (node,) = ray.nodes()  # the test session's one node
+    assert (host, port > 0) == (node["NodeManagerAddress"], True)
+
+
+def test_rendezvous_host_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.parallel.worker import RENDEZVOUS_HOST_ENV, rendezvous_host
+
+    monkeypatch.setenv("HCCL_IF_IP", "10.0.0.9")  # an Ascend setting: not on this CPU host
+    detected = rendezvous_host()
+    assert detected != "10.0.0.9"
+    monkeypatch.setenv(RENDEZVOUS_HOST_ENV, "127.0.0.1")
+    assert rendezvous_host() == "127.0.0.1"
