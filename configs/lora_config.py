@@ -136,7 +136,8 @@ class LoraConfig(BaseModel):
         """`path` resolved, if runtime loading is on and it lies under `lora_root`.
 
         Raises:
-            ValueError: runtime loading is off, or the resolved path is outside `lora_root`.
+            ValueError: runtime loading is off, or the resolved path, or a file in it (after
+                symbolic links), is outside `lora_root`.
         """
         if not self.allow_runtime_lora or self.lora_root is None:
             raise ValueError("runtime LoRA loading is off for this model (allow_runtime_lora)")
@@ -144,6 +145,14 @@ class LoraConfig(BaseModel):
         resolved = Path(root, path).resolve()
         if not resolved.is_relative_to(root):
             raise ValueError(f"lora_path {path!r} is outside lora_root {self.lora_root!r}")
+        if resolved.is_dir():  # the files read must not link out of the root either
+            outside = sorted(
+                f.name for f in resolved.iterdir() if not f.resolve().is_relative_to(root)
+            )
+            if outside:
+                raise ValueError(
+                    f"lora_path {path!r}: {outside} link(s) outside lora_root {self.lora_root!r}"
+                )
         return resolved
 
     @property

@@ -79,9 +79,14 @@ class ReplicaAdapters:
             OpenAIError: 400 `invalid_lora_adapter`: runtime loading is off, the path lies
                 outside `lora_root`, or the adapter is refused (missing files, an unsupported
                 option, a rank above `max_lora_rank`, a base mismatch: the message names it),
-                or the name is a start-up adapter's.
+                or the name is a start-up adapter's; 409 `lora_adapter_busy`: requests of the
+                adapter's previous load still run.
         """
-        config = self._lora()
+        # shielded: a caller that goes away (a client disconnect) leaves the engine and this
+        # replica's bookkeeping in agreement
+        await asyncio.shield(self._load(self._lora(), name, path))
+
+    async def _load(self, config: LoraConfig, name: str, path: str) -> None:
         async with self._lock:
             if self.runtime.get(name) == path:
                 return
@@ -90,12 +95,29 @@ class ReplicaAdapters:
                 if name in self.static:
                     raise ValueError(f"{name!r} is a start-up adapter (lora_modules)")
                 if name in self.runtime:
-                    await self.engine.unload_lora(name)
-                    del self.runtime[name]
+                    await self._replace(name)
                 await self.engine.load_lora(name, resolved)
             except ValueError as exc:
                 raise OpenAIError(str(exc), param="lora_path", code=INVALID_LORA) from None
             self.runtime[name] = path
+
+    async def _replace(self, name: str) -> None:
+        """Unload the adapter `name` loaded from another path, before loading it again.
+
+        Raises:
+            OpenAIError: 409 `lora_adapter_busy` while requests still use the old one.
+        """
+        try:
+            await self.engine.unload_lora(name)
+        except ValueError:
+            raise OpenAIError(
+                f"LoRA adapter {name!r} is still draining (requests of its previous load are "
+                "running); retry once they finish",
+                status_code=409,
+                param="lora_name",
+                code="lora_adapter_busy",
+            ) from None
+        del self.runtime[name]
 
     async def unload(self, name: str) -> bool:
         """Unload a runtime adapter once no request uses it.

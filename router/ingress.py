@@ -254,7 +254,8 @@ class Router:
     async def _lora(self, action: str, request: Request) -> Response:
         admin = self.gateway.lora
         body = await self._body(request)
-        text = await (admin.load(body) if action == "load" else admin.unload(body))
+        # shielded: a client that goes away mid-load leaves the registry and replicas consistent
+        text = await asyncio.shield(admin.load(body) if action == "load" else admin.unload(body))
         return PlainTextResponse(text)
 
     @app.post("/v1/load_lora_adapter")

@@ -98,6 +98,11 @@ class LoraAdmin:
                 be reached; nothing is loaded).
         """
         req = parse_request(LoadLoraAdapterRequest, body)
+        if req.load_inplace:
+            raise OpenAIError(
+                "load_inplace is not supported: unload the adapter, then load it again",
+                param="load_inplace",
+            )
         registry = self._registry()
         base = self._base(req.model)
         name = req.lora_name

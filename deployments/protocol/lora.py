@@ -44,6 +44,9 @@ class LoadLoraAdapterRequest(BaseModel):
         None,
         description="The base model id; may be omitted when one model allows runtime loading.",
     )
+    load_inplace: bool = Field(
+        False, description="vLLM's in-place reload: not supported (unload, then load)."
+    )
 
     @field_validator("lora_name")
     @classmethod

@@ -91,12 +91,15 @@ def load_adapter(
         ValueError: naming the option or tensor: a refused option (`adapter_config`), a missing
             or unreadable file, a tensor that is not a LoRA A/B matrix (`modules_to_save`,
             resized embeddings, DoRA magnitudes), a module on embeddings or the LM head, a
-            module or a shape that the loaded base model does not have (a mismatched base), or
-            a rank above `max_lora_rank`.
+            module or a shape that the loaded base model does not have (a mismatched base), a
+            rank above `max_lora_rank`, non-finite weights, or a file that is not a regular
+            file (a FIFO would block the engine).
     """
     what = f"LoRA adapter {ref.name!r} ({ref.path})"
     path = Path(ref.path)
     config = read_adapter_config(path, max_lora_rank, what)
+    if (path / WEIGHTS_FILE).exists() and not (path / WEIGHTS_FILE).is_file():
+        raise ValueError(f"{what}: {path / WEIGHTS_FILE} is not a regular file")
     try:
         tensors = load_file(str(path / WEIGHTS_FILE))
     except FileNotFoundError as exc:
@@ -167,4 +170,7 @@ def _module_weights(
             f"{what}: {module} has rank {rank} but `r`/`rank_pattern` say {config.rank(module)}"
         )
     scaled = (b.double() * config.scaling(module)).to(dtype)
+    if not (torch.isfinite(a).all() and torch.isfinite(scaled).all()):
+        # 0 * NaN is NaN: a batched step would carry it into other requests' rows
+        raise ValueError(f"{what}: {module} has non-finite (NaN or infinite) weights")
     return LoraWeights(a.to(dtype).contiguous(), scaled.contiguous())

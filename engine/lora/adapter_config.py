@@ -99,6 +99,8 @@ def read_adapter_config(path: Path, max_lora_rank: int, what: str) -> AdapterCon
             rank above `max_lora_rank`.
     """
     file = path / CONFIG_FILE
+    if file.exists() and not file.is_file():  # a FIFO or device would block or never end
+        raise ValueError(f"{what}: {file} is not a regular file")
     try:
         raw = json.loads(file.read_text())
     except FileNotFoundError as exc:
@@ -126,13 +128,22 @@ def read_adapter_config(path: Path, max_lora_rank: int, what: str) -> AdapterCon
             f"{what}: `target_modules` {on_embedding} are embeddings or the LM head; only linear "
             "layers of the decoder are supported"
         )
-    config = AdapterConfig(
-        r=int(raw.get("r", 8)),
-        lora_alpha=float(raw.get("lora_alpha", 8)),
-        use_rslora=bool(raw.get("use_rslora", False)),
-        rank_pattern=dict(raw.get("rank_pattern") or {}),
-        alpha_pattern=dict(raw.get("alpha_pattern") or {}),
-    )
+    try:
+        config = AdapterConfig(
+            r=int(raw.get("r", 8)),
+            lora_alpha=float(raw.get("lora_alpha", 8)),
+            use_rslora=bool(raw.get("use_rslora", False)),
+            rank_pattern=dict(raw.get("rank_pattern") or {}),
+            alpha_pattern=dict(raw.get("alpha_pattern") or {}),
+        )
+        scales = [config.lora_alpha, *map(float, config.alpha_pattern.values())]
+        ranks = [config.r, *map(int, config.rank_pattern.values())]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{what}: {file}: `r`, `lora_alpha` or a pattern is not a number: {exc}"
+        ) from None
+    if not all(math.isfinite(a) for a in scales) or min(ranks) <= 0:
+        raise ValueError(f"{what}: {file}: `lora_alpha` must be finite and `r` positive")
     if config.max_rank() > max_lora_rank:
         raise ValueError(
             f"{what}: rank {config.max_rank()} (`r` / `rank_pattern`) is above max_lora_rank "

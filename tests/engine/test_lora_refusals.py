@@ -3,6 +3,8 @@ it to a 4xx), at run time and at start-up; the engine keeps serving after a refu
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,12 +97,47 @@ class Bad:
                 "another base",
             ),
             "missing": (root / "nowhere", "no adapter_config.json"),
+            "nan_weights": (
+                _edit_tensors(self.good, root / "nan", _first_lora_b_nan),
+                "non-finite",
+            ),
+            "nan_alpha": (_edit_config(self.good, root / "nan-alpha", lora_alpha="NaN"), "finite"),
+            "word_rank": (_edit_config(self.good, root / "word-r", r="eight"), "not a number"),
+            "fifo": (_fifo_config(self.good, root / "fifo"), "not a regular file"),
         }
         phi3 = make_tiny_checkpoint("phi3", root / "phi3", real_vocab=False)
         other = write_adapter(
             load_base(str(phi3)), TinyLoraSpec("phi3", target_modules=("qkv_proj",)), root
         )
         self.kinds["base_modules"] = (other, "not a linear layer of the loaded base model")
+
+
+def _first_lora_b_nan(tensors: dict[str, torch.Tensor]) -> None:
+    key = next(k for k in sorted(tensors) if k.endswith("lora_B.weight"))
+    tensors[key] = torch.full_like(tensors[key], float("nan"))
+
+
+def _edit_config(src: Path, out: Path, **fields: Any) -> Path:
+    """A copy of `src` whose adapter_config.json has `fields` (JSON written by hand: NaN)."""
+    out.mkdir()
+    (out / "adapter_model.safetensors").write_bytes(
+        (src / "adapter_model.safetensors").read_bytes()
+    )
+    config = json.loads((src / "adapter_config.json").read_text())
+    config.update(fields)
+    text = json.dumps(config).replace('"NaN"', "NaN")
+    (out / "adapter_config.json").write_text(text)
+    return out
+
+
+def _fifo_config(src: Path, out: Path) -> Path:
+    """A copy of `src` whose adapter_config.json is a FIFO (reading it would block)."""
+    out.mkdir()
+    (out / "adapter_model.safetensors").write_bytes(
+        (src / "adapter_model.safetensors").read_bytes()
+    )
+    os.mkfifo(out / "adapter_config.json")
+    return out
 
 
 def _widen_first_lora_a(tensors: dict[str, torch.Tensor]) -> None:
@@ -133,6 +170,10 @@ def engine(bad: Bad) -> LLMEngine:
         "base_shape",
         "base_modules",
         "missing",
+        "nan_weights",
+        "nan_alpha",
+        "word_rank",
+        "fifo",
     ],
 )
 def test_runtime_load_refuses_naming_the_option(bad: Bad, engine: LLMEngine, kind: str) -> None:

@@ -85,6 +85,10 @@ def test_runtime_paths_stay_under_lora_root(tmp_path: Path) -> None:
     for outside in ("..", "../secret", "/etc", "link", str(tmp_path / "secret")):
         with pytest.raises(ValueError, match="outside lora_root"):
             config.runtime_path(outside)
+    (tmp_path / "secret" / "adapter_model.safetensors").write_bytes(b"")
+    os.symlink(tmp_path / "secret" / "adapter_model.safetensors", root / "ok" / "w")
+    with pytest.raises(ValueError, match=r"\['w'\] link\(s\) outside lora_root"):
+        config.runtime_path("ok")  # a file of the adapter links out of the root
 
 
 def test_registry_adds_once_and_versions_every_change() -> None:

@@ -6,7 +6,9 @@ metrics. A side application of its own, with adapters written by `peft` into a t
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,9 @@ import httpx
 import openai
 import pytest
 import ray
+import torch
 from ray.util import list_named_actors
+from safetensors.torch import load_file, save_file
 from serve_helpers import FAST, post_stream, side_app, side_model, stream_text, wait_healthy
 
 from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
@@ -40,6 +44,14 @@ PROMPT = [{"role": "user", "content": "Name three colours."}]
 def lora_root(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> Path:
     root = tmp_path_factory.mktemp("loras")
     make_tiny_loras(smollm2_path, root, ADAPTERS)
+    for bad in ("nan", "fifo"):  # broken copies of lora-c
+        (root / bad).mkdir()
+        weights = load_file(str(root / "lora-c" / "adapter_model.safetensors"))
+        if bad == "nan":  # 0 * NaN is NaN: it would reach other requests' rows in a batch
+            weights = {k: torch.full_like(v, float("nan")) for k, v in weights.items()}
+        save_file(weights, str(root / bad / "adapter_model.safetensors"))
+    shutil.copy(root / "lora-c" / "adapter_config.json", root / "nan")
+    os.mkfifo(root / "fifo" / "adapter_config.json")  # reading it would block forever
     return root
 
 
@@ -263,6 +275,8 @@ def test_unload_drains_running_requests(app: httpx.Client) -> None:
         ({"lora_name": "x2", "lora_path": "../../.."}, 400, "invalid_lora_adapter"),
         ({"lora_name": "x3", "lora_path": "missing"}, 400, "invalid_lora_adapter"),
         ({"lora_name": "x4", "lora_path": "too-big"}, 400, "invalid_lora_adapter"),
+        ({"lora_name": "x7", "lora_path": "nan"}, 400, "invalid_lora_adapter"),
+        ({"lora_name": "x8", "lora_path": "fifo"}, 400, "invalid_lora_adapter"),
         ({"lora_name": "lora-a", "lora_path": "lora-c"}, 400, "lora_adapter_exists"),
         ({"lora_name": BASE, "lora_path": "lora-c"}, 400, "lora_adapter_exists"),
         ({"lora_name": "auto", "lora_path": "lora-c"}, 400, "lora_adapter_exists"),
