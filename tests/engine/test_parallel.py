@@ -4,6 +4,7 @@ multi-rank path: rank actors in a Ray placement group joined by a gloo process g
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_helpers import greedy, run_to_completion
@@ -56,30 +57,24 @@ def test_fewer_kv_heads_than_ranks_replicates_them(ray_session: None, tmp_path: 
     assert _generate(tmp_path / "kv1", 2, False) == _generate(tmp_path / "kv1", 1, False)
 
 
-def test_missing_rank_resources_fail_fast_naming_them(ray_session: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rank_num_cpus": 8}, r"tensor_parallel_size=2 needs 2 x \{'CPU': 8"),
+        # one node here: a rank per node cannot be placed
+        ({"rank_num_cpus": 0.25, "tensor_parallel_placement": "STRICT_SPREAD"},
+         r"needs 2 x \{'CPU': 0.25\} \(STRICT_SPREAD\)"),
+    ],
+    ids=["missing-resources", "strict-spread-on-one-node"],
+)  # fmt: skip
+def test_unplaceable_ranks_fail_fast_naming_why(
+    ray_session: None, tmp_path: Path, fields: dict[str, Any], message: str
+) -> None:
     path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
     config = EngineConfig(
-        dtype="float32",
-        num_kv_blocks=64,
-        max_model_len=256,
-        rank_num_cpus=8,
-        placement_timeout_s=3,
+        dtype="float32", num_kv_blocks=64, max_model_len=256, placement_timeout_s=3, **fields
     )
-    with pytest.raises(RuntimeError, match=r"tensor_parallel_size=2 needs 2 x \{'CPU': 8"):
-        LLMEngine(str(path), config, tensor_parallel_size=2)
-
-
-def test_spread_placement_needs_a_node_per_rank(ray_session: None, tmp_path: Path) -> None:
-    path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
-    config = EngineConfig(
-        dtype="float32",
-        num_kv_blocks=64,
-        max_model_len=256,
-        rank_num_cpus=0.25,
-        placement_timeout_s=3,
-        tensor_parallel_placement="STRICT_SPREAD",  # one node here: cannot be placed
-    )
-    with pytest.raises(RuntimeError, match=r"needs 2 x \{'CPU': 0.25\} \(STRICT_SPREAD\)"):
+    with pytest.raises(RuntimeError, match=message):
         LLMEngine(str(path), config, tensor_parallel_size=2)
 
 
