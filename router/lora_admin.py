@@ -62,7 +62,12 @@ class LoraAdmin:
             for m in config.models
             if m.engine.lora and m.engine.lora.allow_runtime_lora and m.engine.lora.lora_root
         }
-        self.allowed = list(self.roots)
+        """The models that accept runtime adapters -> their `lora_root`."""
+
+    @property
+    def allowed(self) -> list[str]:
+        """The models that accept runtime adapters."""
+        return list(self.roots)
 
     def _registry(self) -> DeploymentHandle:
         if self.registry is None or not self.allowed:
