@@ -306,9 +306,9 @@ class AsyncEngine:
             self._built.set()
         try:
             self._loop()
-        except BaseException:  # the loop died: nobody may wait on it
+        except BaseException as exc:  # the loop died (a rank is gone, say): nobody may wait on it
             logger.exception("the engine loop died")
-            self._fail_all("the engine loop died")
+            self._fail_all(f"the engine loop died: {exc}")
 
     def _fail_all(self, reason: str) -> None:
         """End every queued and running request with an error output (`error_kind="dead"`),

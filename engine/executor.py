@@ -23,6 +23,14 @@ from engine.step_input import StepInput
 from npu_ops.platform import current_platform
 
 
+class ExecutorDead(RuntimeError):
+    """A rank of the executor is gone (its process or node died): no later step can run.
+
+    Raised by `Executor.execute`; the engine stops serving on it (unlike a step that fails for
+    its batch), so that the replica's health check fails and Ray Serve replaces the replica.
+    """
+
+
 class Executor(Protocol):
     """Runs steps on the model; the engine does not care how many ranks there are."""
 
@@ -36,7 +44,11 @@ class Executor(Protocol):
         """Compile the decode graph of `size` rows (graph mode only; see `ModelShard`)."""
 
     def execute(self, step: StepInput) -> torch.Tensor:
-        """Logits `[len(step.rows), vocab_size]` float32 for the step."""
+        """Logits `[len(step.rows), vocab_size]` float32 for the step.
+
+        Raises:
+            ExecutorDead: a rank is gone; every later step would fail too.
+        """
 
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         """Module name -> unsharded `(in_features, out_features)` an adapter may target (only

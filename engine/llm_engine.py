@@ -17,7 +17,7 @@ from tqdm import tqdm
 from configs.engine_config import EngineConfig
 from engine.block_manager import BlockManager
 from engine.decode_graphs import DecodeGraphSpec
-from engine.executor import Executor, LocalExecutor
+from engine.executor import Executor, ExecutorDead, LocalExecutor
 from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
 from engine.lora.manager import LoraManager, LoraStats
@@ -296,12 +296,17 @@ class LLMEngine:
         reason `error` and `error_kind="step"` (blocks freed); if one request's own processing
         fails in the sampler, that request alone ends (`error_kind="request"`). Either way the
         engine keeps serving.
+
+        Raises:
+            ExecutorDead: a tensor-parallel rank is gone; the engine cannot serve again.
         """
         batch = self.scheduler.schedule()
         if not batch.scheduled:
             return []
         try:
             return self._run(batch)
+        except ExecutorDead:  # no later step can run: the caller stops serving
+            raise
         except Exception as exc:  # a failed step must not leak blocks or hang callers
             ids = [s.seq.request_id for s in batch.scheduled]
             logger.exception("engine step failed for requests %s", ", ".join(ids))

@@ -8,6 +8,9 @@ keeps each model's `DeploymentState`:
 - `serving`: at least one replica is `RUNNING`;
 - `starting`: none is running yet and the deployment is `UPDATING`/`UPSCALING` (replicas being
   placed or constructed), so calls should wait for it rather than mark it down;
+- `idle`: none is running and none is needed: the deployment is `HEALTHY` with
+  `autoscaling_config.min_replicas: 0` and no traffic; a call queues in the handle and the
+  autoscaler starts a replica for it, so calls wait as for `starting`;
 - `failed`: none is running and the deployment is `DEPLOY_FAILED`/`UNHEALTHY` (the controller's
   message says why);
 - `unknown`: not polled yet, or the controller could not be asked (then the router relies on
@@ -31,7 +34,7 @@ from ray.serve.schema import ServeStatus
 
 logger = logging.getLogger(__name__)
 
-Phase = Literal["serving", "starting", "failed", "unknown"]
+Phase = Literal["serving", "starting", "idle", "failed", "unknown"]
 _STARTING = {"UPDATING", "UPSCALING", "DOWNSCALING"}
 
 
@@ -42,10 +45,13 @@ class DeploymentState:
     Attributes:
         phase: see the module docstring.
         message: the controller's message for the deployment (why it failed, what it waits on).
+        replicas: replicas in state `RUNNING` (None when `unknown`); the router's capacity
+            follows it (`router.load`).
     """
 
     phase: Phase
     message: str = ""
+    replicas: int | None = None
 
 
 UNKNOWN = DeploymentState("unknown")
@@ -68,11 +74,14 @@ def deployment_state(status: ServeStatus, app_name: str, deployment_name: str) -
     overview = app.deployments.get(deployment_name) if app is not None else None
     if overview is None:
         return UNKNOWN
-    if overview.replica_states.get("RUNNING", 0) > 0:
-        return DeploymentState("serving", overview.message)
+    running = overview.replica_states.get("RUNNING", 0)
+    if running > 0:
+        return DeploymentState("serving", overview.message, running)
     status_name = getattr(overview.status, "value", overview.status)
-    phase: Phase = "starting" if status_name in _STARTING else "failed"
-    return DeploymentState(phase, overview.message)
+    phase: Phase = (
+        "starting" if status_name in _STARTING else "idle" if status_name == "HEALTHY" else "failed"
+    )
+    return DeploymentState(phase, overview.message, 0)
 
 
 class DeploymentStatusView:

@@ -2,18 +2,26 @@
 
 Ray Serve queues requests in the caller's handle when every replica is busy and, by default,
 without bound, so the router counts what it sends itself. A model's limits come from its
-deployment options: `max_ongoing_requests × replicas` run at once (replicas = `num_replicas`, or
-`autoscaling_config.max_replicas`), and `max_queued_requests` more wait in this router's handle
-(Ray applies that limit per caller; -1 is unbounded). Counts are per router replica.
+deployment options and its live replicas: `max_ongoing_requests × replicas` run at once, and
+`max_queued_requests` more wait in this router's handle (Ray applies that limit per caller; -1 is
+unbounded). Replicas are those the Serve controller last reported running
+(`router.deployment_status`), so the capacity follows autoscaling and lost nodes; with no
+report yet it is the configured count (`num_replicas`, or `autoscaling_config.max_replicas`),
+and with none running (scaled to zero, or starting) it is one replica's, the one Serve starts
+for the queued calls. Counts are per router replica.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from configs.model_config import DeploymentOptions
 from router.policy import ModelState
+
+LiveReplicas = Callable[[str], "int | None"]
+"""Model id -> replicas the controller last reported running (None: no report)."""
 
 
 @dataclass(frozen=True)
@@ -21,11 +29,13 @@ class ModelLimits:
     """How many requests one model takes from this router.
 
     Attributes:
-        capacity: Requests its replicas run at once.
-        queue_limit: Requests that may wait beyond `capacity`; `None` means unbounded.
+        per_replica: Requests one replica runs at once (`max_ongoing_requests`).
+        replicas: Replicas configured (`num_replicas`, or `autoscaling_config.max_replicas`).
+        queue_limit: Requests that may wait beyond the capacity; `None` means unbounded.
     """
 
-    capacity: int
+    per_replica: int
+    replicas: int
     queue_limit: int | None
 
     @classmethod
@@ -34,7 +44,13 @@ class ModelLimits:
         autoscaling = options.autoscaling_config or {}
         replicas = options.num_replicas or int(autoscaling.get("max_replicas", 1))
         queued = options.max_queued_requests
-        return cls(options.max_ongoing_requests * replicas, None if queued < 0 else queued)
+        return cls(options.max_ongoing_requests, replicas, None if queued < 0 else queued)
+
+    def capacity(self, live: int | None) -> int:
+        """Requests the model runs at once with `live` running replicas (None: unknown, the
+        configured count; 0: the one replica Serve starts for queued calls)."""
+        replicas = self.replicas if live is None else max(1, live)
+        return self.per_replica * replicas
 
 
 class LoadTracker:
@@ -42,10 +58,14 @@ class LoadTracker:
 
     Args:
         limits: Model id -> its limits.
+        live_replicas: Model id -> its running replicas as last reported (None: unknown).
     """
 
-    def __init__(self, limits: dict[str, ModelLimits]) -> None:
+    def __init__(
+        self, limits: dict[str, ModelLimits], live_replicas: LiveReplicas = lambda _: None
+    ) -> None:
         self.limits = limits
+        self.live_replicas = live_replicas
         self.counts: Counter[str] = Counter()
 
     def acquire(self, model: str) -> None:
@@ -57,20 +77,24 @@ class LoadTracker:
         assert self.counts[model] > 0, f"release of {model!r} without a matching acquire"
         self.counts[model] -= 1
 
+    def capacity(self, model: str) -> int:
+        """Requests `model`'s live replicas run at once."""
+        return self.limits[model].capacity(self.live_replicas(model))
+
     def saturated(self, model: str) -> bool:
         """Whether one more request to `model` would exceed its capacity plus queue limit."""
         limits = self.limits[model]
         if limits.queue_limit is None:
             return False
-        return self.counts[model] >= limits.capacity + limits.queue_limit
+        return self.counts[model] >= self.capacity(model) + limits.queue_limit
 
     def state(self, model: str, healthy: bool) -> ModelState:
         """What the policy sees of `model`: running and queued requests, and the queue limit."""
-        limits = self.limits[model]
+        capacity = self.capacity(model)
         count = self.counts[model]
         return ModelState(
             healthy=healthy,
-            in_flight=min(count, limits.capacity),
-            queued=max(0, count - limits.capacity),
-            queue_limit=limits.queue_limit,
+            in_flight=min(count, capacity),
+            queued=max(0, count - capacity),
+            queue_limit=self.limits[model].queue_limit,
         )

@@ -4,8 +4,9 @@ Every call is counted in flight while it runs and bounded in time: when no answe
 stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
 model is probed and the call ends unless the probe succeeds, and no call waits longer than
 `response_timeout_s`; while the Serve controller reports the model's deployment as still
-starting (`router.deployment_status`), the call waits without probing. The policy skips a
-deployment reported failed, and one still starting while another candidate serves.
+starting, or scaled to zero (`router.deployment_status`), the call waits without probing. The
+policy skips a deployment reported failed, and one still starting while another candidate
+serves.
 
 A failed call is classified, and only replica faults touch health:
 - *saturated*: Ray's `BackPressureError` (the handle's `max_queued_requests` is exceeded) or
@@ -155,11 +156,12 @@ class ModelPool:
         self.learned: dict[str, int] = {}
         self.capabilities: dict[str, ModelCapabilities] = config.capabilities()
         self.adapters = AdapterIndex(config, self._refresh_capabilities)
-        self.load = LoadTracker(
-            {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models}
-        )
         self.health = HealthView(self.probe, config.health_cooldown_s)
         self.deployments = DeploymentStatusView(handles, config.deployment_status_poll_s)
+        self.load = LoadTracker(
+            {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models},
+            lambda model: self.deployments.get(model).replicas,
+        )
         self.first_token_s = config.first_token_timeout_s
 
     async def start(self, lora_registry: DeploymentHandle | None = None) -> None:
@@ -323,8 +325,8 @@ class ModelPool:
                     return task.result()
                 if left <= self.first_token_s:
                     raise TimeoutError(f"no answer in {self.config.response_timeout_s} s")
-                if self.deployments.get(model).phase == "starting":
-                    continue  # replicas still loading: the handle queues the call for them
+                if self.deployments.get(model).phase in ("starting", "idle"):
+                    continue  # a replica is loading, or will be: the handle queues the call
                 try:
                     await self.probe(model)
                 except Exception as exc:

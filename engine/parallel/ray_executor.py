@@ -17,6 +17,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from engine.decode_graphs import DecodeGraphSpec
+from engine.executor import ExecutorDead
 from engine.kv_budget import MemoryProfile
 from engine.kv_cache import KVCacheSpec
 from engine.lora.adapter import LoraAdapter
@@ -124,8 +125,20 @@ class RayExecutor:
         ray.get([w.capture.remote(size) for w in self.workers])
 
     def execute(self, step: StepInput) -> torch.Tensor:
-        """See `Executor.execute`; raises if any rank fails."""
-        outs = ray.get([w.execute.remote(step) for w in self.workers])
+        """See `Executor.execute`.
+
+        Raises:
+            ExecutorDead: a rank's actor died or became unreachable (its node left the cluster,
+                say): the ranks' collectives cannot run again without it.
+            ray.exceptions.RayTaskError: a rank raised in this step (the ranks live on).
+        """
+        refs = [w.execute.remote(step) for w in self.workers]
+        try:
+            outs = ray.get(refs)
+        except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError) as exc:
+            rank = next((r for r, ref in enumerate(refs) if _failed(ref)), None)
+            who = "a rank" if rank is None else f"rank {rank}"
+            raise ExecutorDead(f"tensor-parallel {who} of {len(refs)} died: {exc}") from exc
         return outs[0]
 
     def lora_targets(self) -> dict[str, tuple[int, int]]:
@@ -153,3 +166,17 @@ class RayExecutor:
             for w in self.workers:
                 ray.kill(w)
             remove_placement_group(self.pg)
+
+
+def _failed(ref: ray.ObjectRef) -> bool:
+    """Whether a finished task's result is an actor failure (False while it runs)."""
+    ready, _ = ray.wait([ref], timeout=0)
+    if not ready:
+        return False
+    try:
+        ray.get(ref, timeout=0)
+    except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError):
+        return True
+    except Exception:  # noqa: BLE001 - another failure of that rank: not the dead one
+        return False
+    return False

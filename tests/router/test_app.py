@@ -163,11 +163,35 @@ def test_limits_from_deployment_options(
     options: dict[str, Any], limits: tuple[int, int | None]
 ) -> None:
     got = ModelLimits.from_options(DeploymentOptions.model_validate(options))
-    assert (got.capacity, got.queue_limit) == limits
+    assert (got.capacity(live=None), got.queue_limit) == limits
+
+
+def test_capacity_follows_the_live_replicas_not_max_replicas() -> None:
+    """An autoscaled model (up to 4 replicas of 2) with 1, 3, then 0 replicas running: the
+    router queues and refuses by what runs; at zero (scaled down, or starting) one replica's
+    worth is admitted, so a call waits for the replica Serve starts rather than get a 429."""
+    options = {"autoscaling_config": {"min_replicas": 0, "max_replicas": 4},
+               "max_ongoing_requests": 2, "max_queued_requests": 1}  # fmt: skip
+    live: dict[str, int | None] = {"m": 1}
+    tracker = LoadTracker(
+        {"m": ModelLimits.from_options(DeploymentOptions.model_validate(options))}, live.get
+    )
+    for _ in range(3):  # 2 running on the one replica + 1 queued
+        assert not tracker.saturated("m")
+        tracker.acquire("m")
+    assert tracker.saturated("m") and tracker.state("m", True).queued == 1
+    live["m"] = 3
+    assert not tracker.saturated("m") and tracker.state("m", True).in_flight == 3
+    assert tracker.capacity("m") == 6
+    live["m"] = 0
+    assert tracker.capacity("m") == 2 and tracker.saturated("m")
+    tracker.release("m")
+    tracker.release("m")
+    assert not tracker.saturated("m")
 
 
 def test_load_tracker_states_and_saturation() -> None:
-    tracker = LoadTracker({"m": ModelLimits(capacity=2, queue_limit=1), "u": ModelLimits(1, None)})
+    tracker = LoadTracker({"m": ModelLimits(2, 1, queue_limit=1), "u": ModelLimits(1, 1, None)})
     for _ in range(3):
         assert not tracker.saturated("m")
         tracker.acquire("m")
@@ -179,7 +203,7 @@ def test_load_tracker_states_and_saturation() -> None:
     for _ in range(50):
         tracker.acquire("u")
     assert not tracker.saturated("u")
-    zero = LoadTracker({"z": ModelLimits(capacity=1, queue_limit=0)})
+    zero = LoadTracker({"z": ModelLimits(1, 1, queue_limit=0)})
     assert not zero.saturated("z")
     zero.acquire("z")
     assert zero.saturated("z")

@@ -251,6 +251,28 @@ def test_starting_models_are_waited_for_only_when_no_model_serves() -> None:
     asyncio.run(run())
 
 
+def test_a_model_scaled_to_zero_is_routed_to_and_waited_for() -> None:
+    """`min_replicas: 0` and no traffic: the controller reports the deployment `HEALTHY` with no
+    replica. It stays a candidate (not down, not starting), and a call to it waits for the
+    replica Serve starts instead of probing it (a probe would queue just the same)."""
+
+    async def run() -> None:
+        gateway = make_gateway("slow", "ok")  # `a` answers after 4x first_token_timeout_s
+        snapshot = _snapshot(a=("HEALTHY", {}), b=("HEALTHY", {"RUNNING": 2}))
+        gateway.pool.deployments = DeploymentStatusView(
+            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        )
+        await gateway.pool.start()
+        assert gateway.pool.deployments.get("a").phase == "idle"
+        assert (gateway.pool.deployments.get("b").replicas, gateway.pool.starting()) == (2, [])
+        assert gateway.pool.unavailable() == {}
+        waited = await route(gateway)
+        assert isinstance(waited, Routed) and waited.model == "a"
+        assert gateway.pool.handles["a"].sent("info") == []  # waited, not probed
+
+    asyncio.run(run())
+
+
 def test_without_a_serve_controller_every_deployment_is_unknown() -> None:
     async def run() -> None:
         gateway = make_gateway()
