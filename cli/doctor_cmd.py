@@ -3,9 +3,11 @@
 Prints `STATUS | CHECK | DETAIL | FIX`: platform, `npu-smi` (driver, firmware, per-card health
 and HBM), device files, `ASCEND_RT_VISIBLE_DEVICES`, CANN and `set_env.sh`, torch ↔ torch_npu
 pairing, `torch.npu`, Python, HCCL variables, Ray's NPU resources (only when a cluster already
-runs), and with `--config` each model's parallel sizes and memory against the devices. On a
-machine without NPUs it says so and reports the CPU fallback. Exit status 1 when any check
-FAILs, 0 otherwise, 2 on an unreadable config. Heavy imports happen when the command runs.
+runs: then also each node's NPUs against its cards, the config's NPUs across the nodes, and one
+Ray, Python, CANN, torch and torch_npu on every node, from a task pinned to each), and with
+`--config` each model's parallel sizes and memory against the devices. On a machine without
+NPUs it says so and reports the CPU fallback. Exit status 1 when any check FAILs, 0 otherwise,
+2 on an unreadable config. Heavy imports happen when the command runs.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cli.tiny_models_cmd",
     "cli.tiny_lora_cmd",
     "cli.quantize_cmd",
+    "cli.kuberay_cmd",
+    "cli.systemd_cmd",
 )
 
 

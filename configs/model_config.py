@@ -79,6 +79,15 @@ class DeploymentOptions(BaseModel):
         default_factory=lambda: {"num_cpus": 0.5},
         description="Resources per replica, e.g. {num_cpus: 0.5} on CPU or {resources: {NPU: 1}}.",
     )
+    health_check_period_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds between two `check_health` calls on a replica (Serve's default: 10); "
+        "three failed checks in a row replace it (a dead engine or tensor-parallel rank).",
+    )
+    health_check_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds a `check_health` call may take (Serve's default: 30)."
+    )
 
     def serve_options(self) -> dict[str, Any]:
         """Keyword arguments for `Deployment.options`."""

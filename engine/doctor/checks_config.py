@@ -17,6 +17,19 @@ def replica_npus(model: ModelDeploymentConfig) -> float:
     return float(resources.get("NPU", model.tensor_parallel_size))
 
 
+def one_node_npus(model: ModelDeploymentConfig) -> float:
+    """NPUs of one replica that must sit on a single node.
+
+    All of them for a single-rank replica or `STRICT_PACK` ranks (the default); with `PACK`,
+    `SPREAD` or `STRICT_SPREAD` the ranks may sit on different nodes, so only the replica
+    actor's own NPUs, or one rank's.
+    """
+    if model.tensor_parallel_size == 1 or model.engine.tensor_parallel_placement == "STRICT_PACK":
+        return replica_npus(model)
+    resources = model.deployment.ray_actor_options.get("resources") or {}
+    return max(float(resources.get("NPU", 0)), 1.0)
+
+
 def check_parallel(config: RouterAppConfig, devices: int, has_npu: bool) -> list[Check]:
     """Each model's tensor-parallel size against the visible devices; expert parallel sanity."""
     checks = []
@@ -105,7 +118,8 @@ def check_memory(
 def check_ray(
     nodes: list[RayNode] | None, config: RouterAppConfig | None, has_npu: bool = True
 ) -> Check:
-    """Ray's view of `NPU` resources per node, and whether each replica fits on one node.
+    """Ray's view of `NPU` resources per node, and whether what each replica must keep on one
+    node (`one_node_npus`) fits on one.
 
     On a machine without NPUs a shortfall is a WARN (the CPU fallback serves), not a FAIL.
     """
@@ -118,9 +132,9 @@ def check_ray(
     view = ", ".join(f"{n.node_ip}: NPU={n.npus:g}" for n in nodes) or "no alive nodes"
     largest = max((n.npus for n in nodes), default=0.0)
     if config is not None:
-        short = [m for m in config.models if replica_npus(m) > largest]
+        short = [m for m in config.models if one_node_npus(m) > largest]
         if short:
-            need = ", ".join(f"{m.model_id} needs {replica_npus(m):g}" for m in short)
+            need = ", ".join(f"{m.model_id} needs {one_node_npus(m):g}" for m in short)
             return Check(
                 "ray",
                 Status.FAIL if has_npu else Status.WARN,

@@ -39,14 +39,20 @@ class HardwareView:
         return bool(self.davinci) or bool(self.smi and self.smi.cards)
 
 
-def look(runner: Runner, dev_dir: Path) -> HardwareView:
-    """Run `npu-smi info` and list the davinci device files under `dev_dir`."""
-    davinci = tuple(
+def davinci_devices(dev_dir: Path) -> tuple[Path, ...]:
+    """The card device files `davinciN` under `dev_dir`, by card number (not the control
+    devices such as `davinci_manager`)."""
+    return tuple(
         sorted(
             (p for p in dev_dir.glob("davinci*") if p.name.removeprefix("davinci").isdigit()),
             key=lambda p: int(p.name.removeprefix("davinci")),
         )
     )
+
+
+def look(runner: Runner, dev_dir: Path) -> HardwareView:
+    """Run `npu-smi info` and list the davinci device files under `dev_dir`."""
+    davinci = davinci_devices(dev_dir)
     result = runner(["npu-smi", "info"])
     if result.returncode == COMMAND_NOT_FOUND:
         return HardwareView(None, "npu-smi: command not found", True, davinci)

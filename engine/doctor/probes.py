@@ -1,4 +1,4 @@
-"""Live probes of the Python side: torch_npu and an already-running Ray cluster.
+"""Live probes of the Python side: torch_npu and an already-running Ray cluster (its nodes).
 
 Both are injectable into the doctor (`run.DoctorContext`) so tests need neither an NPU nor Ray.
 `torch_npu` is imported only when it is installed. Ray is only *joined* when a cluster already
@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
+
+from engine.doctor.node_versions import NodeVersions, NodeVersionsProbe, probe_node_versions
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +58,32 @@ def probe_torch_npu() -> TorchNpuProbe:
 
 @dataclass(frozen=True)
 class RayNode:
-    """One alive Ray node and the NPU resource it advertises."""
+    """One alive Ray node, the NPU resource it advertises, and what it runs.
+
+    Attributes:
+        node_ip: the node's IP as Ray reports it.
+        npus: its `NPU` resource.
+        node_id: Ray's node id (hex).
+        versions: what the node runs (`node_versions.probe_node_versions`); None when it was not
+            probed or did not answer.
+        probe_error: why `versions` is None when the probe ran; empty otherwise.
+    """
 
     node_ip: str
     npus: float
+    node_id: str = ""
+    versions: NodeVersions | None = None
+    probe_error: str = ""
 
 
-def probe_ray(address: str | None) -> list[RayNode] | None:
-    """NPU resources of every alive node of an existing Ray cluster.
+def probe_ray(
+    address: str | None, versions: NodeVersionsProbe = probe_node_versions
+) -> list[RayNode] | None:
+    """NPU resources and versions of every alive node of an existing Ray cluster.
 
     Args:
         address: `RAY_ADDRESS`; joined only when this process is not already connected.
+        versions: asks each node what it runs (a Ray task pinned to it), while joined.
 
     Returns:
         The nodes, or None when no cluster is running in or known to this process.
@@ -83,11 +100,21 @@ def probe_ray(address: str | None) -> list[RayNode] | None:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         joined = True
     try:
-        return [
-            RayNode(str(n.get("NodeManagerAddress", "?")), float(n["Resources"].get("NPU", 0)))
-            for n in ray.nodes()
-            if n.get("Alive")
-        ]
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        found = versions([str(n["NodeID"]) for n in alive]) if alive else {}
+        nodes = []
+        for n in alive:
+            answer = found.get(str(n["NodeID"]), "not probed")
+            nodes.append(
+                RayNode(
+                    str(n.get("NodeManagerAddress", "?")),
+                    float(n["Resources"].get("NPU", 0)),
+                    str(n["NodeID"]),
+                    answer if isinstance(answer, NodeVersions) else None,
+                    answer if isinstance(answer, str) else "",
+                )
+            )
+        return nodes
     finally:
         if joined:
             ray.shutdown()

@@ -12,7 +12,7 @@ import torch
 
 from configs import envs
 from configs.model_config import RouterAppConfig
-from engine.doctor import checks_config, checks_hardware, checks_software
+from engine.doctor import checks_cluster, checks_config, checks_hardware, checks_software
 from engine.doctor.install_files import (
     DEFAULT_ROOT,
     TOOLKIT,
@@ -38,7 +38,8 @@ class DoctorContext:
         env: the `ASCEND_*` / `HCCL_*` environment (`configs.envs.ascend_environment`).
         ray_address: `RAY_ADDRESS`.
         torch_npu: probe of torch_npu in this process.
-        ray: probe of an existing Ray cluster (given `ray_address`).
+        ray: probe of an existing Ray cluster (given `ray_address`): every alive node's NPUs
+            and, from a task pinned to each node, what it runs.
         python: this interpreter's (major, minor).
         torch_version: `torch.__version__`.
         cuda_available: whether CUDA would be the fallback instead of CPU.
@@ -82,22 +83,29 @@ def _free_bytes(probe: TorchNpuProbe, view: checks_hardware.HardwareView) -> lis
     return None
 
 
-def _ray_check(ctx: DoctorContext, config: RouterAppConfig | None, has_npu: bool) -> Check:
+def _ray_checks(ctx: DoctorContext, config: RouterAppConfig | None, has_npu: bool) -> list[Check]:
     try:
         nodes = ctx.ray(ctx.ray_address)
     except Exception as exc:  # an unreachable cluster is a finding, not a crash
         logger.debug("ray probe failed", exc_info=True)
-        return Check(
-            "ray",
-            Status.WARN,
-            f"RAY_ADDRESS={ctx.ray_address!r}: no cluster answered ({type(exc).__name__}: {exc})",
-            "start the cluster or unset RAY_ADDRESS",
-        )
-    return checks_config.check_ray(nodes, config, has_npu)
+        return [
+            Check(
+                "ray",
+                Status.WARN,
+                f"RAY_ADDRESS={ctx.ray_address!r}: no cluster answered "
+                f"({type(exc).__name__}: {exc})",
+                "start the cluster or unset RAY_ADDRESS",
+            )
+        ]
+    checks = [checks_config.check_ray(nodes, config, has_npu)]
+    if nodes:
+        checks += checks_cluster.check_cluster(nodes, config, has_npu)
+    return checks
 
 
 def run_doctor(ctx: DoctorContext, config: RouterAppConfig | None = None) -> list[Check]:
-    """Every check, in report order: platform, hardware, software, then the config's needs."""
+    """Every check, in report order: platform, hardware, software, the Ray cluster (each node,
+    the config's NPUs across nodes, versions across nodes), then the config's needs here."""
     view = checks_hardware.look(ctx.runner, ctx.dev_dir)
     probe = ctx.torch_npu()
     has_npu = view.has_npu or probe.device_count > 0
@@ -119,7 +127,7 @@ def run_doctor(ctx: DoctorContext, config: RouterAppConfig | None = None) -> lis
         checks_software.check_torch_npu_devices(probe, has_npu),
         checks_software.check_python(ctx.python, ctx.torch_version),
         checks_software.check_hccl(ctx.env),
-        _ray_check(ctx, config, has_npu),
+        *_ray_checks(ctx, config, has_npu),
     ]
     if config is not None:
         devices = probe.device_count or (len(view.smi.cards) if view.smi else len(view.davinci))

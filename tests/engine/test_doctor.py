@@ -119,9 +119,9 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 def test_healthy_npu_host_passes_everything(tmp_path: Path) -> None:
-    checks = run_doctor(
-        npu_host(tmp_path, ray=lambda a: [RayNode("10.0.0.1", 8.0)]), load_app_config(PROD)
-    )
+    # prod.yaml needs 7 NPUs at its minimum replicas and 10 at its maximum: two 8-card nodes
+    two_nodes = [RayNode("10.0.0.1", 8.0), RayNode("10.0.0.2", 8.0)]
+    checks = run_doctor(npu_host(tmp_path, ray=lambda a: two_nodes), load_app_config(PROD))
     assert [c for c in checks if c.status is not Status.PASS] == []
     named = by_name(checks)
     assert "driver 23.0.6, firmware 7.1.0.6.220" in named["npu-smi / driver"].detail
