@@ -288,8 +288,10 @@ class Router:
         """The router's view of its models: 200 while at least one can serve, else 503.
 
         Body: `status` (`ok`: all serve; `degraded`: some are starting or down; `unavailable`:
-        none can serve yet), `models`, `starting` (deployments with no running replica yet)
-        and `down` (model -> reason).
+        none can serve yet), `models`, `starting` (deployments with no running replica yet),
+        `down` (model -> reason) and `replicas` (model -> replicas the Serve controller last
+        reported running, `null` before its first report; 0 for a model scaled to zero, which
+        counts as serving: a call starts a replica).
         """
         pool = self.gateway.pool
         down, starting = pool.unavailable(), pool.starting()
@@ -297,4 +299,5 @@ class Router:
         status = "ok" if not down and not starting else "degraded" if serving else "unavailable"
         body = {"status": status, "models": sorted(pool.handles), "starting": starting}
         body["down"] = down
+        body["replicas"] = {m: pool.deployments.get(m).replicas for m in sorted(pool.handles)}
         return JSONResponse(body, status_code=503 if status == "unavailable" else 200)

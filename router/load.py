@@ -81,6 +81,12 @@ class LoadTracker:
         """Requests `model`'s live replicas run at once."""
         return self.limits[model].capacity(self.live_replicas(model))
 
+    def full(self, model: str) -> bool:
+        """Whether this router's calls in flight to `model` take every slot its live replicas
+        have: a slow first answer is then expected, and a health probe would queue behind
+        them."""
+        return self.counts[model] >= self.capacity(model)
+
     def saturated(self, model: str) -> bool:
         """Whether one more request to `model` would exceed its capacity plus queue limit."""
         limits = self.limits[model]

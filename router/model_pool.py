@@ -4,7 +4,9 @@ Every call is counted in flight while it runs and bounded in time: when no answe
 stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
 model is probed and the call ends unless the probe succeeds, and no call waits longer than
 `response_timeout_s`; while the Serve controller reports the model's deployment as still
-starting, or scaled to zero (`router.deployment_status`), the call waits without probing. The
+starting, or scaled to zero (`router.deployment_status`), or reports it serving while this
+router's calls in flight there take every slot of its replicas (a probe would queue), the call
+waits without probing. The
 policy skips a deployment reported failed, and one still starting while another candidate
 serves.
 
@@ -228,6 +230,9 @@ class ModelPool:
     async def probe(self, model: str) -> None:
         """Ask `model` for its `info` within `health_probe_timeout_s`; learn its context length.
 
+        A probe refused by the handle's `max_queued_requests` (`BackPressureError`) finds the
+        model busy, not down: it passes once the context length is known.
+
         Raises:
             Exception: The call failed or timed out.
         """
@@ -237,6 +242,10 @@ class ModelPool:
         except asyncio.TimeoutError:
             response.cancel()
             raise
+        except BackPressureError:
+            if self.context_length(model) is None:
+                raise
+            return
         if model not in self.learned:
             self.learned[model] = int(info["max_model_len"])
             self._refresh_capabilities()
@@ -327,6 +336,9 @@ class ModelPool:
                     raise TimeoutError(f"no answer in {self.config.response_timeout_s} s")
                 if self.deployments.get(model).phase in ("starting", "idle"):
                     continue  # a replica is loading, or will be: the handle queues the call
+                if self.load.full(model) and self.deployments.get(model).phase == "serving":
+                    continue  # every slot busy (a probe would queue) on replicas that the
+                    # controller's own health checks report live
                 try:
                     await self.probe(model)
                 except Exception as exc:

@@ -101,13 +101,22 @@ class FakeHandle:
             engine loop is not running: `engine_unavailable`); `context` (a 400
             context-length error).
         delay_s: Seconds a `slow` model takes.
+        probe_backpressure: probes (`info`) are refused with Ray's `BackPressureError` (the
+            handle's queue is full).
     """
 
-    def __init__(self, model: str, behaviour: Behaviour = "ok", delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        behaviour: Behaviour = "ok",
+        delay_s: float = 0.0,
+        probe_backpressure: bool = False,
+    ) -> None:
         self.model = model
         self.app_name, self.deployment_name = "fake", model  # what DeploymentStatusView reads
         self.behaviour = behaviour
         self.delay_s = delay_s
+        self.probe_backpressure = probe_backpressure
         self.calls: list[tuple[str, _Call]] = []
 
     def sent(self, method: str = "chat") -> list[_Call]:
@@ -122,6 +131,8 @@ class FakeHandle:
 
     async def answer(self, method: str) -> Any:
         if method == "info":
+            if self.probe_backpressure:
+                raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
             if self.behaviour == "dead":
                 await asyncio.Event().wait()
             return {"id": self.model, "max_model_len": 4096}

@@ -273,6 +273,44 @@ def test_a_model_scaled_to_zero_is_routed_to_and_waited_for() -> None:
     asyncio.run(run())
 
 
+def test_calls_queued_behind_busy_live_replicas_are_waited_for_not_probed() -> None:
+    """`a` runs 1 call at a time and answers slowly: a second call queues in the handle. A probe
+    would queue behind them and time out, marking a busy model down; while the controller
+    reports `a`'s replica running (its own health checks), both calls just wait."""
+
+    async def run() -> None:
+        gateway = make_gateway("slow", "ok")  # first_token_timeout_s 0.05, answers after 0.2 s
+        snapshot = _snapshot(a=("HEALTHY", {"RUNNING": 1}), b=("HEALTHY", {"RUNNING": 1}))
+        gateway.pool.deployments = DeploymentStatusView(
+            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        )
+        await gateway.pool.start()
+        body = {"model": "a", "messages": HI}
+        both = await asyncio.gather(
+            *(gateway.route("chat", ChatCompletionRequest, body, {}) for _ in range(2))
+        )
+        assert [isinstance(r, Routed) and r.model for r in both] == ["a", "a"]
+        assert gateway.pool.handles["a"].sent("info") == [] and gateway.pool.health.down == {}
+
+    asyncio.run(run())
+
+
+def test_a_probe_refused_for_backpressure_finds_the_model_busy_not_down() -> None:
+    """No controller report here, so a call past `first_token_timeout_s` is followed by a probe;
+    the handle refuses the probe (its queue is full): the model is busy, and the call waits on."""
+
+    async def run() -> None:
+        gateway = make_gateway("slow", "ok")
+        handle = gateway.pool.handles["a"]
+        handle.probe_backpressure = True
+        await gateway.pool.start()
+        routed = await route(gateway)
+        assert isinstance(routed, Routed) and routed.model == "a"
+        assert handle.sent("info") and gateway.pool.health.down == {}
+
+    asyncio.run(run())
+
+
 def test_without_a_serve_controller_every_deployment_is_unknown() -> None:
     async def run() -> None:
         gateway = make_gateway()
