@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
@@ -88,6 +88,21 @@ class DeploymentOptions(BaseModel):
     health_check_timeout_s: float | None = Field(
         None, gt=0, description="Seconds a `check_health` call may take (Serve's default: 30)."
     )
+
+    @field_validator("autoscaling_config")
+    @classmethod
+    def _known_autoscaling_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Checked against Ray Serve's own `AutoscalingConfig` (field names, bounds), so that a
+        typo fails at validation, not at `serve run`."""
+        if value is not None:
+            from ray.serve.config import AutoscalingConfig
+
+            unknown = sorted(set(value) - set(AutoscalingConfig.model_fields))
+            if unknown:
+                known = ", ".join(sorted(AutoscalingConfig.model_fields))
+                raise ValueError(f"unknown autoscaling_config fields {unknown}; known: {known}")
+            AutoscalingConfig.model_validate(value)
+        return value
 
     def serve_options(self) -> dict[str, Any]:
         """Keyword arguments for `Deployment.options`."""

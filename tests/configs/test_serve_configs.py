@@ -52,3 +52,20 @@ def test_prod_uses_npus_and_parallelism() -> None:
 def test_bad_config_names_the_problem(args: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         RouterAppConfig.model_validate(args)
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "message"),
+    [
+        ({"max_replica": 2}, r"unknown autoscaling_config fields \['max_replica'\]"),
+        ({"min_replicas": 3, "max_replicas": 2}, "must be greater than or equal to min_replicas"),
+    ],
+    ids=["typo", "min-over-max"],
+)
+def test_autoscaling_config_is_checked_against_ray_serves_own(
+    autoscaling: dict[str, int], message: str
+) -> None:
+    from configs.model_config import DeploymentOptions
+
+    with pytest.raises(ValidationError, match=message):
+        DeploymentOptions.model_validate({"autoscaling_config": autoscaling})
