@@ -29,6 +29,20 @@ def _router_args(doc: Any, path: Path) -> Any:
     raise ConfigFileError(f"{path}: neither a Serve config (applications: ...) nor router args")
 
 
+def read_yaml(path: Path) -> Any:
+    """The YAML document in `path`.
+
+    Raises:
+        ConfigFileError: the file cannot be read or is not YAML.
+    """
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigFileError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path} is not YAML: {exc}") from None
+
+
 def load_app_config(path: str | Path) -> RouterAppConfig:
     """The `RouterAppConfig` of the ascend-router application in a Serve YAML.
 
@@ -40,12 +54,7 @@ def load_app_config(path: str | Path) -> RouterAppConfig:
         ValueError: the config fails validation (the message names the file and the bad field).
     """
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path} is not YAML: {exc}") from None
+    doc = read_yaml(path)
     try:
         return RouterAppConfig.model_validate(_router_args(doc, path))
     except ValidationError as exc:

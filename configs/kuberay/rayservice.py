@@ -39,7 +39,7 @@ from configs.kuberay import ascend_pod
 from configs.kuberay.npu_plan import NpuGroup, nodes_needed, npu_groups
 from configs.kuberay.options import KubeRayOptions
 from configs.model_config import RouterAppConfig
-from configs.serve_file import APP_IMPORT_PATH, ConfigFileError
+from configs.serve_file import APP_IMPORT_PATH, ConfigFileError, read_yaml
 
 HEAD_PORTS: tuple[tuple[str, int], ...] = (
     ("gcs-server", 6379),
@@ -64,12 +64,7 @@ def load_serve_document(path: str | Path) -> dict[str, Any]:
             bare `args` mapping cannot become a `serveConfigV2`).
     """
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path} is not YAML: {exc}") from None
+    doc = read_yaml(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("applications"), list):
         raise ConfigFileError(
             f"{path}: not a Serve config (`applications: [...]`, as `serve run` takes)"
