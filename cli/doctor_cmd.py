@@ -1,13 +1,13 @@
 """`ascend-router doctor [--config CONFIG.yaml]`: is this machine ready to serve on Ascend NPUs?
 
-Prints `STATUS | CHECK | DETAIL | FIX`: platform, `npu-smi` (driver, firmware, per-card health
-and HBM), device files, `ASCEND_RT_VISIBLE_DEVICES`, CANN and `set_env.sh`, torch ↔ torch_npu
-pairing, `torch.npu`, Python, HCCL variables, Ray's NPU resources (only when a cluster already
-runs: then also each node's NPUs against its cards, the config's NPUs across the nodes, and one
-Ray, Python, CANN, torch and torch_npu on every node, from a task pinned to each), and with
-`--config` each model's parallel sizes and memory against the devices. On a machine without
-NPUs it says so and reports the CPU fallback. Exit status 1 when any check FAILs, 0 otherwise,
-2 on an unreadable config. Heavy imports happen when the command runs.
+Prints `STATUS | CHECK | DETAIL | FIX`: platform, `npu-smi` (driver, firmware, per-card health and
+HBM), device files, `ASCEND_RT_VISIBLE_DEVICES`, CANN and `set_env.sh`, torch ↔ torch_npu pairing,
+`torch.npu`, Python, HCCL variables, Ray's NPU resources (only when a cluster already runs and
+`RAY_ADDRESS` points at it: then also each node's NPUs against its cards, the config's NPUs across
+the nodes, and one Ray, Python, CANN, torch and torch_npu on every node, from a task pinned to
+each), and with `--config` each model's parallel sizes and memory against the devices. On a machine
+without NPUs it says so and reports the CPU fallback. Exit status 1 when any check FAILs, 0
+otherwise, 2 on an unreadable config. Heavy imports happen when the command runs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ def register(subparsers: Any) -> None:
         help="check drivers, CANN, torch_npu, devices and a config against this machine",
         description="Check that this machine can serve on Ascend NPUs, with a suggested fix "
         "for each problem.",
+        epilog="Cluster checks (each node's NPUs and versions, the config's NPUs across nodes) "
+        "run only against a running Ray cluster: set RAY_ADDRESS=HEAD_IP:6379 (or auto for the "
+        "last `ray start` on this machine). The doctor never starts Ray; an address that does "
+        "not accept a connection within a few seconds is reported, not waited on.",
     )
     p.add_argument("--config", metavar="CONFIG.yaml", help="also check this config's models")
     p.set_defaults(func=run)

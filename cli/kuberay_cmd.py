@@ -109,20 +109,21 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Generate the manifest; returns the exit status."""
     from configs.kuberay.render import generate
+    from configs.systemd_units import write_text_file
 
+    out = None if args.output is None else Path(args.output)
     try:
         fields = dataclasses.fields(KubeRayOptions)
         options = KubeRayOptions(**{f.name: getattr(args, f.name) for f in fields})
         generated = generate(args.config, options, args.output)
+        if out is not None:
+            write_text_file(out, generated.text)
     except ValueError as exc:
         print(f"ascend-router kuberay: error: {exc}", file=sys.stderr)
         return 2
-    if args.output is None:
+    if out is None:
         sys.stdout.write(generated.text)
         return 0
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(generated.text)
     scaling = (
         f"{generated.workers}"
         if generated.workers == generated.max_workers

@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from configs.systemd_units import DEFAULT_PORT, SET_ENV, NodeUnits, parse_head_address
+from configs.systemd_units import (
+    DEFAULT_PORT,
+    MAX_NPUS,
+    SET_ENV,
+    NodeUnits,
+    parse_head_address,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -70,6 +76,8 @@ def register(subparsers: Any) -> None:
 
 
 def _npus_and_devices(args: argparse.Namespace) -> tuple[int, tuple[int, ...]]:
+    if args.npus is not None and not 0 <= args.npus <= MAX_NPUS:
+        raise ValueError(f"--npus {args.npus}: need 0..{MAX_NPUS}")
     if args.visible_devices is None:
         npus = 8 if args.npus is None else args.npus
         return npus, tuple(range(max(npus, 0)))
@@ -82,11 +90,15 @@ def _npus_and_devices(args: argparse.Namespace) -> tuple[int, tuple[int, ...]]:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the config, write the node's units and say how to install them."""
-    from configs.serve_file import load_app_config
+    from configs.serve_file import check_http_options, load_app_config, load_serve_document
     from configs.systemd_units import write_units
 
     try:
         load_app_config(args.config)
+        if args.role == "head":
+            # `serve deploy` takes a full Serve config, and the proxies must listen beyond
+            # loopback for clients on other machines (same check as `ascend-router kuberay`)
+            check_http_options(load_serve_document(args.config))
         host, port = None, DEFAULT_PORT
         if args.head_address:
             host, port = parse_head_address(args.head_address)
@@ -103,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
             set_env=args.set_env,
             user=args.user,
         )
+        paths = write_units(node, Path(args.out_dir))
     except ValueError as exc:
         print(f"ascend-router systemd: error: {exc}", file=sys.stderr)
         return 2
-    paths = write_units(node, Path(args.out_dir))
     names = " ".join(p.name for p in paths)
     for path in paths:
         print(f"wrote {path}")

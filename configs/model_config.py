@@ -89,6 +89,28 @@ class DeploymentOptions(BaseModel):
         None, gt=0, description="Seconds a `check_health` call may take (Serve's default: 30)."
     )
 
+    @field_validator("ray_actor_options")
+    @classmethod
+    def _resource_amounts(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """`resources` maps resource names (e.g. `NPU`) to non-negative finite amounts, as Ray
+        requires; a list or a negative count would otherwise fail only when Serve starts."""
+        resources = value.get("resources")
+        if resources is None:
+            return value
+        if not isinstance(resources, dict):
+            raise ValueError(f"resources must be a mapping like {{NPU: 1}}, got {resources!r}")
+        for name, amount in resources.items():
+            if (
+                not isinstance(name, str)
+                or isinstance(amount, bool)
+                or not isinstance(amount, int | float)
+                or not 0 <= amount < float("inf")
+            ):
+                raise ValueError(
+                    f"resources.{name}: need a non-negative number of units, got {amount!r}"
+                )
+        return value
+
     @field_validator("autoscaling_config")
     @classmethod
     def _known_autoscaling_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -12,6 +12,9 @@ from configs.model_config import ModelDeploymentConfig, RouterAppConfig
 
 APP_IMPORT_PATH = "router.app:build_app"
 
+DEFAULT_SERVE_PORT = 8000
+"""Ray Serve's HTTP port when `http_options.port` is absent."""
+
 
 class ConfigFileError(ValueError):
     """The file cannot be read, is not YAML, or holds no ascend-router application."""
@@ -73,3 +76,47 @@ def pick_model(config: RouterAppConfig, model_id: str | None) -> ModelDeployment
             return model
     known = ", ".join(m.model_id for m in config.models)
     raise ValueError(f"no model {wanted!r} in the config; models: {known}")
+
+
+def load_serve_document(path: str | Path) -> dict[str, Any]:
+    """The Serve config at `path` as a mapping with `applications`.
+
+    Raises:
+        ConfigFileError: the file cannot be read, is not YAML, or is not a full Serve config (a
+            bare `args` mapping cannot become a `serveConfigV2`).
+    """
+    path = Path(path)
+    doc = read_yaml(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("applications"), list):
+        raise ConfigFileError(
+            f"{path}: not a Serve config (`applications: [...]`, as `serve run` takes)"
+        )
+    return doc
+
+
+def check_http_options(serve_doc: dict[str, Any]) -> int:
+    """The Serve HTTP port, after checking that the proxies listen on every interface.
+
+    Shared by `ascend-router kuberay` and `ascend-router systemd --role head`: in both, clients
+    on other machines (the Kubernetes Service, a load balancer) reach the proxies by node or
+    pod IP, never by loopback.
+
+    Raises:
+        ValueError: `http_options` is not a mapping, its `host` is not `0.0.0.0` / `::`, or its
+            `port` is not an integer in 1..65535.
+    """
+    http = serve_doc.get("http_options")
+    if http is None:
+        http = {}
+    if not isinstance(http, dict):
+        raise ValueError(f"http_options must be a mapping (host:, port:), got {http!r}")
+    host = http.get("host", "0.0.0.0")
+    if host not in ("0.0.0.0", "::"):
+        raise ValueError(
+            f"http_options.host is {host!r}: clients on other machines (the Kubernetes Service, "
+            "a load balancer) reach the proxies by node or pod IP, so set host: 0.0.0.0"
+        )
+    port = http.get("port", DEFAULT_SERVE_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"http_options.port must be an integer in 1..65535, got {port!r}")
+    return port

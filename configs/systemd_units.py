@@ -39,12 +39,16 @@ SERVE_UNIT = "ascend-router-serve.service"
 SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 ENV_FILE = "/etc/default/ascend-router"
 DEFAULT_PORT = 6379
+MAX_NPUS = 4096  # bound of --npus: a node has 8 or 16 cards; this only stops absurd values
 DASHBOARD_PORT = 8265
 WAIT_TRIES, WAIT_EVERY_S = 120, 5
 ASCEND_GROUP = "HwHiAiUser"  # owner group of /dev/davinci*, created by the Ascend driver install
 
 Role = Literal["head", "worker"]
 _PLAIN_WORD = re.compile(r"[\w@+=:,./-]+")
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*"
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,15 @@ class NodeUnits:
                 f"on the head, --head-address needs this node's IP on the cluster network (it "
                 f"becomes ray start --node-ip-address), not {self.head_host!r}"
             )
-        if self.npus < 0:
-            raise ValueError(f"npus must be >= 0, got {self.npus}")
+        if self.head_host and _is_ip(self.head_host):
+            ip = ipaddress.ip_address(self.head_host)
+            if ip.is_unspecified or (self.role == "head" and ip.is_loopback):
+                raise ValueError(
+                    f"--head-address {self.head_host}: workers on other nodes cannot reach the "
+                    "head there; give the head's IP on the cluster network"
+                )
+        if not 0 <= self.npus <= MAX_NPUS:
+            raise ValueError(f"npus must be in 0..{MAX_NPUS}, got {self.npus}")
         if self.visible_devices and len(self.visible_devices) != self.npus:
             raise ValueError(
                 f"{self.npus} NPU(s) but ASCEND_RT_VISIBLE_DEVICES lists "
@@ -103,16 +114,37 @@ def _is_ip(host: str) -> bool:
 
 
 def parse_head_address(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (the port defaults to 6379) as (host, port).
+    """`HOST:PORT` (the port defaults to 6379) as (host, port); HOST is an IPv4 address or a
+    hostname.
 
     Raises:
-        ValueError: no host, or a port that is not a number in 1..65535.
+        ValueError: an IPv6 address (bracketed or not: these units write `HOST:PORT` for Ray,
+            which does not take IPv6 there), a URL, a host with spaces or quotes, or a port that
+            is not a number in 1..65535.
     """
-    host, sep, port = value.rpartition(":")
+    if "/" in value:
+        raise ValueError(
+            f"head address {value!r}: give HOST:PORT (the GCS address, no URL scheme or path), "
+            "e.g. 10.0.0.1:6379"
+        )
+    if value.startswith("[") or value.count(":") > 1:
+        raise ValueError(
+            f"head address {value!r}: IPv6 is not supported here; give the head's IPv4 address "
+            "or hostname, e.g. 10.0.0.1:6379"
+        )
+    host, sep, port = value.partition(":")
     if not sep:
-        host, port = value, str(DEFAULT_PORT)
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"head address {value!r} is not HOST:PORT, e.g. 10.0.0.1:6379")
+        port = str(DEFAULT_PORT)
+    if (
+        not _HOSTNAME.fullmatch(host)
+        or not port.isascii()
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+    ):
+        raise ValueError(
+            f"head address {value!r} is not HOST:PORT (an IPv4 address or hostname, and a port "
+            "in 1..65535), e.g. 10.0.0.1:6379"
+        )
     return host, int(port)
 
 
@@ -273,12 +305,36 @@ def unit_files(node: NodeUnits) -> dict[str, str]:
     return {WORKER_UNIT: ray_unit(node)}
 
 
+def write_text_file(path: Path, text: str) -> None:
+    """Write `text` to `path`, creating missing parent directories.
+
+    Shared by the generators' CLIs (`ascend-router systemd`, `ascend-router kuberay`), which
+    turn the error into one line and exit status 2.
+
+    Raises:
+        ValueError: the file cannot be written (a directory in the way, a parent that is a
+            file, no permission, a read-only or missing file system); the message names it.
+    """
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise ValueError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def write_units(node: NodeUnits, out_dir: Path) -> list[Path]:
-    """Write this node's units into `out_dir` (created if missing); returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write this node's units into `out_dir` (created if missing); returns their paths.
+
+    Raises:
+        ValueError: `out_dir` is not a directory or a unit cannot be written.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"cannot write units into {out_dir}: not a directory")
     written = []
     for name, text in unit_files(node).items():
         path = out_dir / name
-        path.write_text(text)
+        write_text_file(path, text)
         written.append(path)
     return written

@@ -32,6 +32,7 @@ Sources:
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 NPU_RESOURCE = "huawei.com/Ascend910"
@@ -75,8 +76,11 @@ def shm_mount() -> dict[str, Any]:
 
 
 def cann_args(set_env: str) -> list[str]:
-    """Container `args` that KubeRay runs before `ray start`: source CANN's environment script."""
-    return [f"source {set_env}"]
+    """Container `args` that KubeRay runs before `ray start`: source CANN's environment script.
+
+    KubeRay pastes the args into a `bash -lc` command line, so the path is shell-quoted.
+    """
+    return [f"source {shlex.quote(set_env)}"]
 
 
 def ray_resources_param(resources: dict[str, int]) -> str:

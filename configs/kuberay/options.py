@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 DEFAULT_IMAGE = "ascend-router:0.1.0"
 """The image built from this repository; no public registry has it, so push yours and pass
@@ -30,7 +31,17 @@ autoscaler adds on new nodes, reads the same files)."""
 MAX_NAME_LENGTH = 47
 """Longest RayService name KubeRay v1.7.0 accepts (`MaxRayServiceNameLength`: 53 - 6)."""
 
+MAX_NPUS_PER_WORKER = 4096
+"""Bound of `--npus-per-worker` (a node has 8 or 16 cards; this only stops absurd values)."""
+
+MAX_WORKERS = 10000
+"""Bound of `--workers` and `--max-workers`."""
+
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# A PersistentVolumeClaim name: a DNS-1123 subdomain (at most 253 characters).
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 # Kubernetes resource.Quantity, as the CRD's `resources.limits` pattern spells it.
 _QUANTITY = re.compile(
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -91,10 +102,13 @@ class KubeRayOptions:
                 f"letters, digits and '-', starting with a letter) of at most {MAX_NAME_LENGTH} "
                 "characters"
             )
-        if self.npus_per_worker < 1:
-            raise ValueError(f"--npus-per-worker {self.npus_per_worker}: need at least 1")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"--workers {self.workers}: need at least 1")
+        if not 1 <= self.npus_per_worker <= MAX_NPUS_PER_WORKER:
+            raise ValueError(
+                f"--npus-per-worker {self.npus_per_worker}: need 1..{MAX_NPUS_PER_WORKER}"
+            )
+        for flag, count in (("--workers", self.workers), ("--max-workers", self.max_workers)):
+            if count is not None and not 1 <= count <= MAX_WORKERS:
+                raise ValueError(f"{flag} {count}: need 1..{MAX_WORKERS}")
         if self.max_workers is not None and self.max_workers < (self.workers or 1):
             raise ValueError(
                 f"--max-workers {self.max_workers} is below --workers {self.workers or 1}"
@@ -105,8 +119,17 @@ class KubeRayOptions:
             ("--head-cpus", self.head_cpus),
             ("--head-memory", self.head_memory),
         ):
-            if not _QUANTITY.match(value):
-                raise ValueError(f"{flag} {value!r}: not a Kubernetes quantity (e.g. 64, 512Gi)")
+            if not _positive_quantity(value):
+                raise ValueError(
+                    f"{flag} {value!r}: not a positive Kubernetes quantity (e.g. 64, 512Gi)"
+                )
+        if not self.image or any(c.isspace() for c in self.image):
+            raise ValueError(f"--image {self.image!r}: give an image reference without spaces")
+        if len(self.models_pvc) > 253 or not _DNS1123_SUBDOMAIN.match(self.models_pvc):
+            raise ValueError(
+                f"--models-pvc {self.models_pvc!r}: a PersistentVolumeClaim name is a DNS-1123 "
+                "subdomain (lower-case letters, digits, '-' and '.', at most 253 characters)"
+            )
         for flag, path in (
             ("--models-mount", self.models_mount),
             ("--models-host-path", self.models_host_path),
@@ -114,3 +137,20 @@ class KubeRayOptions:
         ):
             if path is not None and not path.startswith("/"):
                 raise ValueError(f"{flag} {path!r}: give an absolute path")
+
+
+def _positive_quantity(value: str) -> bool:
+    """`value` is a Kubernetes quantity above zero and within Kubernetes' range (< 2**63)."""
+    match = _QUANTITY.match(value)
+    if not match:
+        return False
+    number = Decimal(match.group(2))
+    if match.group(1) == "-":
+        number = -number
+    exponent = match.group(8)  # the `e`/`E` form's suffix (`e3`, `E-3`), else None
+    if exponent is not None:
+        power = Decimal(exponent[1:])
+        if abs(power) > 30 or power != power.to_integral_value():
+            return False
+        number = number.scaleb(int(power))
+    return 0 < number < 2**63

@@ -10,10 +10,11 @@ What the manifest holds:
 - `spec.serveConfigV2`: the Serve config itself (all of it: `proxy_location`, `http_options`,
   `applications`), dumped as YAML, so `yaml.safe_load` of it equals the input file's content and
   the two cannot drift.
-- A head group: `rayStartParams` `num-cpus: "0"` (KubeRay's `docs/guidance/rayStartParams.md`:
-  keeps replicas off the head) and `dashboard-host: 0.0.0.0`; container ports `gcs-server`,
-  `dashboard`, `client`, `metrics` and `serve` (KubeRay builds the Serve Service from the head
-  container's port named `serve`; it is `http_options.port`).
+- A head group (no NPU; `TORCH_DEVICE_BACKEND_AUTOLOAD=0`, see `HEAD_ENV`): `rayStartParams`
+  `num-cpus: "0"` (KubeRay's `docs/guidance/rayStartParams.md`: keeps replicas off the head) and
+  `dashboard-host: 0.0.0.0`; container ports `gcs-server`, `dashboard`, `client`, `metrics` and
+  `serve` (KubeRay builds the Serve Service from the head container's port named `serve`; it is
+  `http_options.port`).
 - One worker group `npu`: each pod requests `npus_per_worker` cards of `huawei.com/Ascend910` and
   declares them to Ray as the custom resource `NPU` (`rayStartParams.resources`), which is what
   the config's replicas and tensor-parallel ranks ask for; plus the Ascend driver mounts and CANN
@@ -39,7 +40,7 @@ from configs.kuberay import ascend_pod
 from configs.kuberay.npu_plan import NpuGroup, nodes_needed, npu_groups
 from configs.kuberay.options import KubeRayOptions
 from configs.model_config import RouterAppConfig
-from configs.serve_file import APP_IMPORT_PATH, ConfigFileError, read_yaml
+from configs.serve_file import APP_IMPORT_PATH, ConfigFileError, check_http_options
 
 HEAD_PORTS: tuple[tuple[str, int], ...] = (
     ("gcs-server", 6379),
@@ -50,26 +51,15 @@ HEAD_PORTS: tuple[tuple[str, int], ...] = (
 """KubeRay's default head ports (`getDefaultPorts` in kuberay's
 `ray-operator/controllers/ray/common/service.go`); the `serve` port comes from `http_options`."""
 
-DEFAULT_SERVE_PORT = 8000
-"""Ray Serve's HTTP port when `http_options.port` is absent."""
+HEAD_ENV: tuple[tuple[str, str], ...] = (("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),)
+"""Environment of the head container. The head runs the router (proxy and policy), which
+imports torch; torch >= 2.5 imports every installed device backend on `import torch` (its
+`torch.backends` entry points), and torch_npu's import needs CANN's libraries, which the head
+(no NPU, no CANN `set_env.sh` sourced, no driver mounts) lacks. `TORCH_DEVICE_BACKEND_AUTOLOAD=0`
+turns that autoload off (torch `torch/__init__.py` `_import_device_backends`); the NPU workers
+keep it, and the engine imports torch_npu explicitly anyway."""
 
 WORKER_GROUP = "npu"
-
-
-def load_serve_document(path: str | Path) -> dict[str, Any]:
-    """The Serve config at `path` as a mapping with `applications`.
-
-    Raises:
-        ConfigFileError: the file cannot be read, is not YAML, or is not a full Serve config (a
-            bare `args` mapping cannot become a `serveConfigV2`).
-    """
-    path = Path(path)
-    doc = read_yaml(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("applications"), list):
-        raise ConfigFileError(
-            f"{path}: not a Serve config (`applications: [...]`, as `serve run` takes)"
-        )
-    return doc
 
 
 def router_config(serve_doc: dict[str, Any]) -> RouterAppConfig:
@@ -108,31 +98,22 @@ def check_paths_on_volume(config: RouterAppConfig, mount: str) -> None:
                 )
 
 
-def check_http_options(serve_doc: dict[str, Any]) -> int:
-    """The Serve HTTP port, after checking that the proxies listen on every interface.
-
-    Raises:
-        ValueError: `http_options.host` is a loopback address, which the Kubernetes Service
-            cannot reach.
-    """
-    http = serve_doc.get("http_options") or {}
-    host = http.get("host", "0.0.0.0")
-    if host not in ("0.0.0.0", "::"):
-        raise ValueError(
-            f"http_options.host is {host!r}: the Serve Service reaches the proxies through the "
-            "pod IPs, so set host: 0.0.0.0 for Kubernetes"
-        )
-    return int(http.get("port", DEFAULT_SERVE_PORT))
-
-
 def worker_counts(groups: list[NpuGroup], options: KubeRayOptions) -> tuple[int, int]:
     """(workers at start / autoscaler floor, autoscaler ceiling) for these NPU groups.
 
     Raises:
-        ValueError: one replica needs more NPUs than a worker has.
+        ValueError: one replica needs more NPUs than a worker has, or `--workers` /
+            `--max-workers` is below the workers the smallest replica counts need.
     """
     low = nodes_needed(groups, options.npus_per_worker, "min")
     high = nodes_needed(groups, options.npus_per_worker, "max")
+    for flag, given in (("--workers", options.workers), ("--max-workers", options.max_workers)):
+        if given is not None and given < low:
+            raise ValueError(
+                f"{flag} {given}: the deployments need {low} worker(s) of "
+                f"{options.npus_per_worker} NPUs at their smallest replica counts; raise {flag} "
+                "or --npus-per-worker, or lower the replica counts"
+            )
     workers = options.workers if options.workers is not None else max(low, 1)
     ceiling = options.max_workers if options.max_workers is not None else max(high, workers)
     return workers, ceiling
@@ -168,6 +149,7 @@ def head_group(options: KubeRayOptions, serve_port: int) -> dict[str, Any]:
     container = {
         "name": "ray-head",
         "image": options.image,
+        "env": [{"name": name, "value": value} for name, value in HEAD_ENV],
         "resources": _resources(options.head_cpus, options.head_memory),
         "ports": ports,
         "volumeMounts": [ascend_pod.shm_mount(), _models_mount(options)],

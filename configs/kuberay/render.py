@@ -13,7 +13,8 @@ import yaml
 from configs.kuberay import ascend_pod
 from configs.kuberay.npu_plan import npu_groups, replica_bounds
 from configs.kuberay.options import KubeRayOptions
-from configs.kuberay.rayservice import build_rayservice, load_serve_document, router_config
+from configs.kuberay.rayservice import build_rayservice, router_config
+from configs.serve_file import load_serve_document
 
 
 class _ManifestDumper(yaml.SafeDumper):
@@ -96,7 +97,10 @@ def _header(
         model = next(m for m in router.models if m.model_id == group.model_id)
         first, last = replica_bounds(model)
         count = f"{first}" if first == last else f"{first}-{last}"
-        lines.append(f"  {group.model_id}: {group.npus:g} NPU(s) x {count} replica(s)")
+        spread = (
+            f" (STRICT_SPREAD: on {group.distinct_nodes} nodes)" if group.distinct_nodes > 1 else ""
+        )
+        lines.append(f"  {group.model_id}: {group.npus:g} NPU(s) x {count} replica(s){spread}")
     if options.models_host_path is not None:
         weights = f"host directory {options.models_host_path}"
     else:

@@ -2,18 +2,30 @@
 
 Both are injectable into the doctor (`run.DoctorContext`) so tests need neither an NPU nor Ray.
 `torch_npu` is imported only when it is installed. Ray is only *joined* when a cluster already
-exists (`ray.is_initialized()` or `RAY_ADDRESS`); the doctor never starts one.
+exists (`ray.is_initialized()` or `RAY_ADDRESS`); the doctor never starts one. Before joining,
+the GCS at `RAY_ADDRESS` must accept a TCP connection within `REACH_TIMEOUT_S` (`ray.init` waits
+on an address where nothing answers for a long time). `RAY_ADDRESS=local` (which asks
+`ray.init` to start a new instance) counts as no cluster; `auto` is resolved the way `ray.init`
+resolves it (the last `ray start` on this machine), which only ever finds a running cluster.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import socket
 from dataclasses import dataclass
 
 from engine.doctor.node_versions import NodeVersions, NodeVersionsProbe, probe_node_versions
 
 logger = logging.getLogger(__name__)
+
+REACH_TIMEOUT_S = 3.0
+"""How long the GCS at `RAY_ADDRESS` has to accept a TCP connection before `ray.init`."""
+
+DEFAULT_GCS_PORT = 6379
+LOCAL = "local"
+"""`RAY_ADDRESS` value that makes `ray.init` start a new local instance: no cluster to check."""
 
 
 @dataclass(frozen=True)
@@ -90,14 +102,17 @@ def probe_ray(
 
     Raises:
         ConnectionError: `address` is set but no cluster answers there.
+        ValueError: `address` is not `HOST:PORT`, `ray://HOST:PORT` or `auto`.
     """
     import ray
 
     joined = False
     if not ray.is_initialized():
-        if not address:
+        if not address or address == LOCAL:
             return None
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        target = bootstrap_address(address)
+        check_reachable(*gcs_endpoint(target))
+        ray.init(address=target, logging_level=logging.WARNING, log_to_driver=False)
         joined = True
     try:
         alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -118,3 +133,62 @@ def probe_ray(
     finally:
         if joined:
             ray.shutdown()
+
+
+def bootstrap_address(address: str) -> str:
+    """The address `ray.init` should join for `RAY_ADDRESS=address`: `auto` becomes the
+    `HOST:PORT` of the last `ray start` on this machine (as `ray.init` resolves it); any other
+    value is returned as given.
+
+    Raises:
+        ConnectionError: `auto` and no Ray cluster was started on this machine.
+    """
+    if address != "auto":
+        return address
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except Exception as exc:  # Ray raises ConnectionError (or others) when it finds nothing
+        raise ConnectionError(f"no running Ray cluster found on this machine ({exc})") from None
+    if not found:
+        raise ConnectionError("no running Ray cluster found on this machine")
+    return found
+
+
+def gcs_endpoint(address: str) -> tuple[str, int]:
+    """(host, port) of `HOST:PORT`, `HOST` (port 6379), `[IPv6]:PORT` or `ray://HOST:PORT`.
+
+    Raises:
+        ValueError: no host, or a port that is not a number in 1..65535.
+    """
+    rest = address.removeprefix("ray://")
+    if rest.startswith("["):
+        host, close, tail = rest[1:].partition("]")
+        port = tail.removeprefix(":") if close and tail.startswith(":") else tail or ""
+        ok = bool(close) and (not tail or tail.startswith(":"))
+    elif rest.count(":") == 1:
+        host, _, port = rest.partition(":")
+        ok = True
+    else:
+        host, port, ok = rest, "", ":" not in rest
+    port = port or str(DEFAULT_GCS_PORT)
+    if not ok or not host or "/" in rest or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"RAY_ADDRESS {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379)")
+    return host, int(port)
+
+
+def check_reachable(host: str, port: int, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Return when `host:port` accepts a TCP connection within `timeout_s`.
+
+    Raises:
+        ConnectionError: it does not (refused, unreachable, unknown host or timed out).
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConnectionError(
+            f"cannot reach the cluster at {host}:{port} within {timeout_s:g} s: {why}"
+        ) from None

@@ -20,7 +20,7 @@ from engine.doctor.install_files import (
     read_version_info,
 )
 from engine.doctor.npu_smi import Runner, run_command
-from engine.doctor.probes import RayNode, TorchNpuProbe, probe_ray, probe_torch_npu
+from engine.doctor.probes import LOCAL, RayNode, TorchNpuProbe, probe_ray, probe_torch_npu
 from engine.doctor.report import Check, Status
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,15 @@ def _free_bytes(probe: TorchNpuProbe, view: checks_hardware.HardwareView) -> lis
 
 
 def _ray_checks(ctx: DoctorContext, config: RouterAppConfig | None, has_npu: bool) -> list[Check]:
+    if ctx.ray_address == LOCAL:
+        return [
+            Check(
+                "ray",
+                Status.SKIP,
+                "RAY_ADDRESS=local asks Ray to start a new instance, which the doctor never does: "
+                "no cluster checked (set RAY_ADDRESS=HEAD:6379 to check one)",
+            )
+        ]
     try:
         nodes = ctx.ray(ctx.ray_address)
     except Exception as exc:  # an unreachable cluster is a finding, not a crash
@@ -94,7 +103,8 @@ def _ray_checks(ctx: DoctorContext, config: RouterAppConfig | None, has_npu: boo
                 Status.WARN,
                 f"RAY_ADDRESS={ctx.ray_address!r}: no cluster answered "
                 f"({type(exc).__name__}: {exc})",
-                "start the cluster or unset RAY_ADDRESS",
+                "start the cluster, check RAY_ADDRESS (the head's HOST:6379) and the firewall, "
+                "or unset RAY_ADDRESS",
             )
         ]
     checks = [checks_config.check_ray(nodes, config, has_npu)]

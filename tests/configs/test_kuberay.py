@@ -235,7 +235,7 @@ def test_stdout_when_no_output_is_given(capsys: pytest.CaptureFixture[str]) -> N
             "'/models/Qwen2.5-7B-Instruct' is not under /weights",
         ),
         (["--name", "Ascend_Router"], PROD, "DNS-1035"),
-        (["--worker-memory", "512GB"], PROD, "not a Kubernetes quantity"),
+        (["--worker-memory", "512GB"], PROD, "not a positive Kubernetes quantity"),
         (["--workers", "3", "--max-workers", "2"], PROD, "below --workers 3"),
         ([], "configs/missing.yaml", "cannot read configs/missing.yaml"),
     ],
@@ -255,3 +255,112 @@ def test_unusable_input_exits_2_with_the_reason(
     assert run_command(kuberay_cmd, ["kuberay", config, *flags]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err, captured.err
+
+
+def _write_prod_variant(tmp_path: Path, edit: Any) -> str:
+    doc = yaml.safe_load((ROOT / PROD).read_text())
+    edit(doc)
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def _router_models(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    app = next(a for a in doc["applications"] if a["import_path"] == "router.app:build_app")
+    return app["args"]["models"]
+
+
+def test_strict_spread_gets_one_worker_per_rank(tmp_path: Path) -> None:
+    def spread(doc: dict[str, Any]) -> None:
+        model = next(m for m in _router_models(doc) if m["tensor_parallel_size"] > 1)
+        model["tensor_parallel_size"] = 4
+        model.setdefault("engine", {})["tensor_parallel_placement"] = "STRICT_SPREAD"
+
+    from configs.kuberay.options import KubeRayOptions
+    from configs.kuberay.render import generate
+
+    generated = generate(_write_prod_variant(tmp_path, spread), KubeRayOptions())
+    assert generated.workers >= 4
+    assert "STRICT_SPREAD: on 4 nodes" in generated.text
+
+
+def test_head_turns_off_torch_backend_autoload() -> None:
+    manifest = yaml.safe_load((ROOT / SHIPPED).read_text())
+    head = manifest["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    (container,) = head["containers"]
+    assert {"name": "TORCH_DEVICE_BACKEND_AUTOLOAD", "value": "0"} in container["env"]
+
+
+def test_cann_set_env_is_shell_quoted() -> None:
+    assert ascend_pod.cann_args("/opt/my cann/set_env.sh; rm -rf /") == [
+        "source '/opt/my cann/set_env.sh; rm -rf /'"
+    ]
+    assert ascend_pod.cann_args(ascend_pod.DEFAULT_CANN_SET_ENV) == [
+        f"source {ascend_pod.DEFAULT_CANN_SET_ENV}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--npus-per-worker", "4", "--max-workers", "1"],
+            "--max-workers 1: the deployments need 2",
+        ),
+        (["--npus-per-worker", "4", "--workers", "1"], "--workers 1: the deployments need 2"),
+        (["--npus-per-worker", "5000"], "need 1..4096"),
+        (["--workers", "10001"], "need 1..10000"),
+        (["--head-cpus", "0"], "not a positive Kubernetes quantity"),
+        (["--worker-memory=-1Gi"], "not a positive Kubernetes quantity"),
+        (["--worker-cpus", "1e999"], "not a positive Kubernetes quantity"),
+        (["--models-pvc", "Models_PVC"], "DNS-1123"),
+        (["--image", "my image"], "without spaces"),
+        (["--image", ""], "without spaces"),
+        (["--cann-set-env", "set_env.sh"], "absolute path"),
+    ],
+)
+def test_options_that_cannot_work_exit_2(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert run_command(kuberay_cmd, ["kuberay", PROD, *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda doc: doc.update(http_options=[1]), "http_options must be a mapping"),
+        (lambda doc: doc["http_options"].update(port=[1]), "port must be an integer"),
+        (lambda doc: doc["http_options"].update(port=70000), "port must be an integer"),
+        (
+            lambda doc: _router_models(doc)[0]["deployment"]["ray_actor_options"].update(
+                resources=[1]
+            ),
+            "resources must be a mapping",
+        ),
+        (
+            lambda doc: _router_models(doc)[0]["deployment"]["ray_actor_options"].update(
+                resources={"NPU": -1}
+            ),
+            "non-negative number",
+        ),
+    ],
+    ids=["http-list", "port-list", "port-big", "resources-list", "negative-npu"],
+)
+def test_malformed_configs_exit_2_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, message: str
+) -> None:
+    config = _write_prod_variant(tmp_path, edit)
+    assert run_command(kuberay_cmd, ["kuberay", config]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out in (tmp_path, afile / "x.yaml"):
+        assert run_command(kuberay_cmd, ["kuberay", PROD, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ascend-router kuberay: error: cannot write {out}"), err

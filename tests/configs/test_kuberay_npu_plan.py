@@ -80,8 +80,24 @@ def test_replica_bounds_read_serve_defaults_and_reject_bad_autoscaling() -> None
         make_model("default"),
         make_model("fixed", num_replicas=3),
         make_model("scaled", autoscaling_config={"max_replicas": 5}),
-        make_model("bad", autoscaling_config={"min_replicas": 4, "max_replicas": 2}),
+        make_model("bad", autoscaling_config={"min_replicas": 2, "max_replicas": 4}),
     )
     assert [replica_bounds(m) for m in config.models[:3]] == [(1, 1), (3, 3), (1, 5)]
+    # the config's validation (Ray's AutoscalingConfig) refuses min > max; the plan checks again
+    config.models[3].deployment.autoscaling_config = {"min_replicas": 4, "max_replicas": 2}
     with pytest.raises(ValueError, match="bad: autoscaling_config needs"):
         replica_bounds(config.models[3])
+
+
+def test_strict_spread_needs_one_node_per_rank() -> None:
+    spread = npu_groups(make_config(make_model("wide", tp=4), placement="STRICT_SPREAD"))
+    assert {g.distinct_nodes for g in spread} == {4}
+    assert nodes_needed(spread, 8, "min") == 4
+    # PACK and SPREAD may put the ranks on one node: the floor stays the packed count
+    for placement in ("PACK", "SPREAD"):
+        packed = npu_groups(make_config(make_model("wide", tp=4), placement=placement))
+        assert nodes_needed(packed, 8, "min") == 1
+    # a deployment scaled to zero needs no node at its smallest size
+    idle = make_model("idle", tp=4, autoscaling_config={"min_replicas": 0, "max_replicas": 2})
+    groups = npu_groups(make_config(idle, placement="STRICT_SPREAD"))
+    assert (nodes_needed(groups, 8, "min"), nodes_needed(groups, 8, "max")) == (0, 4)

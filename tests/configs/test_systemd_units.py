@@ -212,6 +212,47 @@ def test_an_invalid_config_writes_nothing(
     assert "invalid config" in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--role", "head", "--npus", "99999999999"], "--npus 99999999999: need 0..4096"),
+        (["--role", "head", "--head-address", "0.0.0.0:6379"], "cannot reach the head"),
+        (["--role", "head", "--head-address", "127.0.0.1:6379"], "cannot reach the head"),
+        (["--role", "worker", "--head-address", "0.0.0.0:6379"], "cannot reach the head"),
+        (["--role", "worker", "--head-address", "http://10.0.0.1:6379"], "no URL scheme"),
+        (["--role", "worker", "--head-address", "head node:6379"], "is not HOST:PORT"),
+        (["--role", "worker", "--head-address", "'head':6379"], "is not HOST:PORT"),
+        (["--role", "worker", "--head-address", "[fe80::1]:6379"], "IPv6 is not supported"),
+    ],
+)
+def test_unusable_addresses_and_counts_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    full = ["systemd", *argv, "--config", str(PROD), "-o", str(tmp_path)]
+    assert run_command(systemd_cmd, full) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_head_refuses_a_loopback_serve_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    local = PROD.parent / "local.yaml"
+    argv = ["systemd", "--role", "head", "--config", str(local), "-o", str(tmp_path / "out")]
+    assert run_command(systemd_cmd, argv) == 2
+    assert "http_options.host is '127.0.0.1'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    argv = ["systemd", "--role", "head", "--config", str(PROD), "-o", str(afile)]
+    assert run_command(systemd_cmd, argv) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
 def test_head_address_parsing() -> None:
     assert parse_head_address("10.0.0.1") == ("10.0.0.1", 6379)
     assert parse_head_address("head:7000") == ("head", 7000)

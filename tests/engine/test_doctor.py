@@ -248,6 +248,12 @@ def test_ray_view(tmp_path: Path) -> None:
     assert check.status is Status.WARN and "10.0.0.9:6379" in check.detail
 
 
+def test_doctor_help_names_ray_address(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_command(doctor_cmd, ["doctor", "--help"])
+    assert "RAY_ADDRESS" in capsys.readouterr().out
+
+
 def test_doctor_command_on_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command(doctor_cmd, ["doctor", "--config", str(PROD)]) == 0
     out = capsys.readouterr().out

@@ -27,7 +27,13 @@ from engine.doctor.checks_cluster import (
 from engine.doctor.checks_config import check_ray
 from engine.doctor.node_versions import NodeVersions, local_versions
 from engine.doctor.npu_smi import CommandResult
-from engine.doctor.probes import RayNode, TorchNpuProbe, probe_ray
+from engine.doctor.probes import (
+    RayNode,
+    TorchNpuProbe,
+    check_reachable,
+    gcs_endpoint,
+    probe_ray,
+)
 from engine.doctor.report import Check, Status
 from engine.doctor.run import DoctorContext, run_doctor
 
@@ -242,3 +248,55 @@ def test_local_versions_reads_this_node(tmp_path: Path) -> None:
     assert found.torch == metadata.version("torch")
     empty = local_versions(tmp_path / "none", tmp_path / "none")
     assert empty.cann is None and empty.cards == 0
+
+
+def _refuse_ray_init(**kwargs: object) -> None:
+    raise AssertionError(f"ray.init must not run: {kwargs}")
+
+
+def test_probe_ray_does_not_wait_on_an_address_where_nothing_listens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", _refuse_ray_init)
+    with pytest.raises(ConnectionError, match=f"cannot reach the cluster at 127.0.0.1:{port}"):
+        probe_ray(f"127.0.0.1:{port}")
+
+
+def test_probe_ray_never_starts_ray_for_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", _refuse_ray_init)
+    assert probe_ray("local") is None
+    assert probe_ray(None) is None
+
+
+def test_run_doctor_skips_ray_address_local(tmp_path: Path) -> None:
+    def must_not_probe(address: str | None) -> None:
+        raise AssertionError("RAY_ADDRESS=local must not be probed")
+
+    ctx = dataclasses.replace(
+        _cluster_host(tmp_path, None), ray=must_not_probe, ray_address="local"
+    )
+    (check,) = [c for c in run_doctor(ctx) if c.name == "ray"]
+    assert check.status is Status.SKIP and "RAY_ADDRESS=local" in check.detail
+
+
+def test_gcs_endpoint_and_reachability() -> None:
+    assert gcs_endpoint("10.0.0.1:6379") == ("10.0.0.1", 6379)
+    assert gcs_endpoint("head") == ("head", 6379)
+    assert gcs_endpoint("ray://head:10001") == ("head", 10001)
+    assert gcs_endpoint("[fe80::1]:6380") == ("fe80::1", 6380)
+    for bad in ("http://head:8265", "head:port", ":6379", "fe80::1", "head:70000"):
+        with pytest.raises(ValueError, match="is not HOST:PORT"):
+            gcs_endpoint(bad)
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        check_reachable("127.0.0.1", server.getsockname()[1], timeout_s=2)
