@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.lora_config import LoraConfig
+from configs.speculative_config import SpeculativeConfig
 
 
 class EngineConfig(BaseModel):
@@ -186,4 +187,12 @@ class EngineConfig(BaseModel):
         description="Multi-LoRA serving (`configs.lora_config`): adapters, `max_loras`, "
         "`max_lora_rank`, `max_cpu_loras`. None: LoRA off (no adapter can be loaded, and the "
         "linears are not wrapped).",
+    )
+    speculative: SpeculativeConfig | None = Field(
+        None,
+        description="Speculative decoding (`configs.speculative_config`): `method: ngram` "
+        "(prompt lookup) with `num_speculative_tokens`, `prompt_lookup_min`/`_max`. Greedy "
+        "output is unchanged and sampled output keeps its distribution (rejection sampling); "
+        "requests with a grammar (tool_choice, response_format) do not speculate. In graph mode a "
+        "step's draft tokens count as decode rows toward its graph size. None: off.",
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deployments.detokenizer import IncrementalDetokenizer
@@ -118,7 +118,7 @@ async def run_choice(
         async for out in stream:
             if out.error is not None:
                 raise engine_failure(out)
-            text = matcher.push(detok.push(out.new_token_ids))
+            text, out = _push_tokens(out, detok, matcher)
             reason = out.finish_reason if out.finished else None
             if out.finished and not matcher.stopped:
                 text += matcher.push(detok.flush())
@@ -140,6 +140,35 @@ async def run_choice(
                 return
     finally:
         await stream.aclose()
+
+
+def _push_tokens(
+    out: RequestOutput, detok: IncrementalDetokenizer, matcher: StopStringMatcher
+) -> tuple[str, RequestOutput]:
+    """The text of `out`'s tokens that may be sent, and `out` as the client sees it.
+
+    An output of several tokens (speculative decoding accepts a run of them in one step) is
+    read token by token when stop strings are set: if one completes a stop string, the tokens
+    after it are dropped from the output (its logprobs and token count too), exactly as
+    without speculation, where generation would have ended at that token.
+    """
+    tokens = out.new_token_ids
+    if len(tokens) <= 1 or not matcher.stops:
+        return matcher.push(detok.push(tokens)), out
+    text = ""
+    for i, token in enumerate(tokens):
+        text += matcher.push(detok.push((token,)))
+        if matcher.stopped:
+            dropped = len(tokens) - i - 1
+            lps = out.logprobs[: i + 1] if out.logprobs is not None else None
+            out = replace(
+                out,
+                new_token_ids=tokens[: i + 1],
+                logprobs=lps,
+                num_output_tokens=out.num_output_tokens - dropped,
+            )
+            break
+    return text, out
 
 
 async def first_then_rest(items: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:

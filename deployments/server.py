@@ -123,7 +123,13 @@ class ModelServer:
             cfg.engine_stall_timeout_s,
         )
         replica_id = serve.get_replica_context().replica_id.unique_id
-        self.metrics = EngineMetrics(cfg.model_id, replica_id, self.engine.max_model_len)
+        spec = cfg.engine.speculative
+        self.metrics = EngineMetrics(
+            cfg.model_id,
+            replica_id,
+            self.engine.max_model_len,
+            spec.num_speculative_tokens if spec is not None else 0,
+        )
         self.engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)

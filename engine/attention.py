@@ -42,14 +42,18 @@ class AttentionMetadata:
     Attributes:
         slot_mapping: `[T]` int64, cache slot of each new token.
         kv_caches: per layer, `(k_cache, v_cache)` of shape
-            `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ).
+            `[num_blocks * block_size, num_kv_heads, head_dim]` (K and V head dims may differ);
+            for DeepSeek MLA the latent `(c_kv, k_pe)` pair (`engine.mla_attention`).
         block_size: tokens per KV block.
-        decode_rows: `[D]` int64, batch positions of the decode tokens (one per sequence).
-        decode_block_tables: `[D, B]` int32, each decode sequence's block table, padded to the
-            longest (`B` blocks) with block 0.
-        decode_seq_lens: `[D]` int32 on the host, each decode sequence's context length in
-            tokens (new token included).
-        prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens.
+        decode_rows: `[D]` int64, batch positions of the decode tokens: a one-token step's
+            token and every generated token (several of one sequence when it verifies
+            speculative draft tokens; `engine.model_runner`), each attending on its own.
+        decode_block_tables: `[D, B]` int32, each decode token's sequence's block table,
+            padded to the longest (`B` blocks) with block 0.
+        decode_seq_lens: `[D]` int32 on the host, each decode token's context length in
+            tokens (positions up to its own, itself included).
+        prefill_rows: `[P]` int64, batch positions of the prefill-chunk tokens (the prompt
+            tokens of chunks longer than one token).
         prefill_pad_index: `[P]` int64, where each of them sits in the padded `[S * Q]` query
             batch (`S` prefill sequences, `Q` tokens of the longest chunk).
         prefill_block_tables: `[S, B']` int64, the prefill sequences' block tables, padded.
@@ -122,7 +126,7 @@ def paged_attention(
     return out.transpose(1, 2), None
 
 
-def _gather_context(
+def gather_context(
     cache: torch.Tensor, tables: torch.Tensor, width: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """Each sequence's context, block by block.
@@ -161,8 +165,8 @@ def _prefill_attention(
     padded = query.new_zeros(seqs * q_max, heads, head_dim)
     padded[meta.prefill_pad_index] = query.transpose(0, 1)
     q = padded.view(seqs, q_max, heads, head_dim).transpose(1, 2)  # [S, H, Q, d]
-    k = _gather_context(k_cache, meta.prefill_block_tables, width, query.dtype)
-    v = _gather_context(v_cache, meta.prefill_block_tables, width, query.dtype)
+    k = gather_context(k_cache, meta.prefill_block_tables, width, query.dtype)
+    v = gather_context(v_cache, meta.prefill_block_tables, width, query.dtype)
     o = F.scaled_dot_product_attention(
         q, k, v, attn_mask=meta.prefill_mask, scale=scaling, enable_gqa=gqa
     )  # [S, H, Q, v_d]

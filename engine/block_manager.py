@@ -148,6 +148,20 @@ class BlockManager:
                 self._hash_of[block] = h
                 self._cached[h] = block
 
+    def trim(self, seq: Sequence) -> None:
+        """Release the blocks past those `seq.num_tokens` tokens need: after a speculative
+        step, the blocks that held rejected draft tokens only. They were never registered in
+        the prefix cache (`commit` registers only blocks full of computed tokens, and rejected
+        tokens lie past `num_computed_tokens`)."""
+        keep = self.blocks_needed(seq.num_tokens)
+        for block in reversed(seq.block_table[keep:]):
+            assert self.ref_counts[block] == 1, f"a draft block {block} is shared"
+            assert self._hash_of[block] is None, f"a draft block {block} is in the prefix cache"
+            self.ref_counts[block] = 0
+            self._free[block] = None
+            self._free.move_to_end(block, last=False)  # nothing cached: reuse these first
+        del seq.block_table[keep:]
+
     def free(self, seq: Sequence) -> None:
         """Release every block of `seq` (on finish, abort or preemption)."""
         for block in reversed(seq.block_table):

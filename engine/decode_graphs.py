@@ -1,18 +1,20 @@
 """Decode steps padded to a fixed set of batch sizes, so each size is one captured graph.
 
-A decode step (one new, generated token per sequence) of `D` sequences runs as the graph of the
-smallest configured size `B >= D` (`graph_batch_sizes`, as vLLM's `cudagraph_capture_sizes`):
-`B - D` padding rows are added, each a one-token sequence over the reserved padding block that no
-request owns, and every block table is padded to the longest a sequence can have
-(`max_model_len / block_size` blocks). Every input of the graph then has a shape that depends on
-`B` only, so each size is compiled once (`npu_ops.graph_mode`, at start-up) and replayed.
+A decode step of `D` tokens, every one a generated token (one per sequence, or a sequence's last
+token and its speculative draft tokens, `engine.spec_decode`: the model runner attends each
+generated token on its own as a decode row), runs as the graph of the smallest configured size
+`B >= D` (`graph_batch_sizes`, as vLLM's `cudagraph_capture_sizes`): `B - D` padding rows are
+added, each a one-token sequence over the reserved padding block that no request owns, and every
+block table is padded to the longest a sequence can have (`max_model_len / block_size` blocks).
+Every input of the graph then has a shape that depends on `B` only, so each size is compiled once
+(`npu_ops.graph_mode`, at start-up) and replayed.
 
 Padding rows cost their share of a step's work but never touch a request's KV blocks or results:
 they write into the padding block only, and the kernels on the decode path compute every row on
 its own (batch-invariant GEMM, per-sequence attention), so a request's tokens do not depend on how
 much padding shares its step. Steps with prompt tokens (prefill, chunked prefill, a decode row that
-recomputes a prompt token), decode steps larger than the largest size and steps with a LoRA
-request (`engine.lora`: the graphs are captured without adapters) run eager.
+recomputes a prompt token), decode steps of more tokens than the largest size and steps with a
+LoRA request (`engine.lora`: the graphs are captured without adapters) run eager.
 """
 
 from __future__ import annotations
@@ -39,12 +41,10 @@ class DecodeGraphSpec:
     cache_dir: str | None = None
 
     def bucket(self, step: StepInput) -> int | None:
-        """The size `step` runs at, or None when it runs eager (not a pure decode step of
-        generated tokens, larger than every size, or with a LoRA request)."""
-        n = len(step.q_lens)
+        """The size `step` runs at, or None when it runs eager (not a step of generated tokens
+        only, more tokens than every size, or with a LoRA request)."""
+        n = len(step.token_ids)
         if n == 0 or n > self.batch_sizes[-1]:
-            return None
-        if any(q != 1 for q in step.q_lens):
             return None
         if any(s < p for s, p in zip(step.starts, step.prompt_lens, strict=True)):
             return None
@@ -54,18 +54,18 @@ class DecodeGraphSpec:
 
 
 def pad_decode_step(step: StepInput, size: int, pad_block: int) -> StepInput:
-    """`step` with `size - len(step.q_lens)` padding sequences appended.
+    """`step` with `size - len(step.token_ids)` padding sequences appended.
 
     Each padding sequence holds one generated token (id 0) at position 1 of the padding block
     `pad_block`, so its context is 2 tokens and it is a generated row like the real ones. `rows`
     is unchanged: padding rows produce no logits.
 
     Raises:
-        ValueError: the step already has more than `size` sequences.
+        ValueError: the step already has more than `size` tokens.
     """
-    pad = size - len(step.q_lens)
+    pad = size - len(step.token_ids)
     if pad < 0:
-        raise ValueError(f"a decode step of {len(step.q_lens)} sequences padded to {size}")
+        raise ValueError(f"a decode step of {len(step.token_ids)} tokens padded to {size}")
     return StepInput(
         token_ids=step.token_ids + [0] * pad,
         starts=step.starts + [1] * pad,

@@ -13,11 +13,15 @@ checkpoint in its own layout; `use_fused_layers` then swaps, module by module:
   v merged into one `qkv_proj` GEMM, op `rotary_embedding` (`npu_rotary_mul`), then the engine's
   paged attention (`engine.attention`);
 - MoE routers and routed experts (Qwen3-MoE, DeepSeek-V2/V3) for those of `engine.fused_moe`:
-  ops `moe_topk_softmax` / `moe_grouped_topk`, `moe_dispatch`, `swiglu`, `moe_combine`.
+  ops `moe_topk_softmax` / `moe_grouped_topk`, `moe_dispatch`, `swiglu`, `moe_combine`;
+- DeepSeek-V2/V3's multi-head latent attention for `engine.mla_attention.MLAAttention`: ops
+  `mla_prolog` and `mla_decode_attention` over the latent KV cache. Not optional: the engine
+  sizes and allocates these models' cache as the latent (`engine.kv_cache`), which transformers'
+  expanded attention cannot read.
 
 Merging needs plain `nn.Linear` parts (float checkpoints, before int4 quantisation); W8A8 linears
 or tensor-parallel shards that are not plain stay separate and their outputs are concatenated.
-The rest (DeepSeek's MLA attention, DeepSeek-V2's group-limited routing) stays HF code.
+The rest (DeepSeek-V2's group-limited routing) stays HF code.
 Per family, the ops of one step are listed in `docs/architecture.md`.
 
 Every replacement computes what the HF module computes, up to floating-point summation order:
@@ -35,6 +39,7 @@ from torch import nn
 
 from engine.attention import paged_attention
 from engine.fused_moe import EXPERTS, RegistryExperts, registry_router
+from engine.mla_attention import MLA_ATTENTIONS, MLAAttention
 from npu_ops.ops import active_ops
 
 logger = logging.getLogger(__name__)
@@ -229,11 +234,16 @@ def use_fused_layers(model: nn.Module) -> Counter[str]:
         How many modules of each replacement class were installed.
     """
     installed: Counter[str] = Counter()
+    replaced: tuple[str, ...] = ()
     for name, module in list(model.named_modules()):
+        if name.startswith(replaced):
+            continue  # a part of a module replaced already (its replacement took over its parts)
         kind = type(module).__name__
         replacement: nn.Module | None = None
         if kind in ATTENTIONS:
             replacement = RegistryAttention(module)
+        elif kind in MLA_ATTENTIONS:
+            replacement = MLAAttention(module)
         elif kind in EXPERTS:
             replacement = RegistryExperts(module)
         elif kind.endswith("TopkRouter") or kind.endswith("TopKRouter"):
@@ -247,5 +257,6 @@ def use_fused_layers(model: nn.Module) -> Counter[str]:
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, replacement)
         installed[type(replacement).__name__] += 1
+        replaced += (f"{name}.",)
     logger.info("fused layers: %s", dict(installed) or "none for this architecture")
     return installed

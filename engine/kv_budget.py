@@ -7,7 +7,8 @@
   `kv_bytes = total_device_bytes * gpu_memory_utilization - weights - peak_activations`, where
   the peak is measured by a profiling forward pass of `max_num_batched_tokens` tokens.
 
-`num_blocks = kv_bytes // bytes_per_block` (see `engine.kv_cache`).
+`num_blocks = kv_bytes // bytes_per_block` (see `engine.kv_cache`; DeepSeek MLA is sized by its
+latent, `kv_lora_rank + qk_rope_head_dim` per token and layer, the same on every rank).
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ def num_kv_blocks(
         blocks = kv_bytes // per_block
     tokens = blocks * config.block_size
     logger.info(
-        "KV cache: %s; %d bytes/token, %d bytes/block (block_size=%d) -> %d blocks = %d tokens "
-        "= %.2f sequences at max_model_len=%d",
+        "KV cache: %s; %d bytes/token (%s), %d bytes/block (block_size=%d) -> %d blocks = %d "
+        "tokens = %.2f sequences at max_model_len=%d",
         source,
         spec.bytes_per_token(),
+        spec.describe(),
         per_block,
         config.block_size,
         blocks,

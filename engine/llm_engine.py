@@ -27,6 +27,8 @@ from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.spec_decode.rejection import verify
+from engine.spec_decode.speculator import NgramSpeculator, SpecDecodeStats
 from engine.step_input import StepInput
 from npu_ops.platform import DeviceKind, Platform, current_platform
 
@@ -36,7 +38,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine's load, for metrics and routing (`lora`: see
-    `engine.lora.manager.LoraStats`; None when LoRA is off)."""
+    `engine.lora.manager.LoraStats`, None when LoRA is off; `spec`: the speculative decoding
+    counters, None when speculation is off)."""
 
     num_running: int
     num_waiting: int
@@ -47,6 +50,7 @@ class EngineStats:
     prefix_cache_queries: int
     prefix_cache_hits: int
     lora: LoraStats | None = None
+    spec: SpecDecodeStats | None = None
 
 
 def resolve_dtype(name: str, platform: Platform) -> torch.dtype:
@@ -163,6 +167,9 @@ class LLMEngine:
             config.max_num_batched_tokens,
             config.lora.max_loras if config.lora is not None else None,
         )
+        self.speculator = None
+        if config.speculative is not None:
+            self.speculator = NgramSpeculator(config.speculative, self.max_model_len)
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
 
@@ -285,6 +292,7 @@ class LLMEngine:
             bm.stats.queries,
             bm.stats.hits,
             self.lora_stats(),
+            self.speculator.stats() if self.speculator is not None else None,
         )
 
     # ---- the step -------------------------------------------------------------------------
@@ -318,7 +326,8 @@ class LLMEngine:
     def _rows(
         self, batch: SchedulerOutput
     ) -> tuple[list[int], list[tuple[ScheduledSeq, int, int]]]:
-        """Flattened-batch rows needing logits: prompt-logprob rows first, then sampling rows."""
+        """Flattened-batch rows needing logits: prompt-logprob rows first, then sampling rows
+        (k + 1 for a sequence verifying k draft tokens)."""
         rows: list[int] = []
         prompt_spans: list[tuple[ScheduledSeq, int, int]] = []
         offset = 0
@@ -332,12 +341,12 @@ class LLMEngine:
                 prompt_spans.append((s, len(rows), n_prompt_rows))
                 rows.extend(range(offset, offset + n_prompt_rows))
             offset += s.num_new_tokens
-        for_sampling = []
+        for_sampling: list[int] = []
         offset = 0
         for s in batch.scheduled:
             offset += s.num_new_tokens
-            if s.sample:
-                for_sampling.append(offset - 1)
+            if s.sample:  # a speculating sequence: its last token's row and each draft's
+                for_sampling.extend(range(offset - 1 - len(s.draft_token_ids), offset))
         return rows + for_sampling, prompt_spans
 
     @torch.inference_mode()
@@ -358,32 +367,97 @@ class LLMEngine:
             seq.prompt_logprobs.extend(entries[len(seq.prompt_logprobs) - start :])
         sampling = [s for s in batch.scheduled if s.sample]
         for s in batch.scheduled:
-            s.seq.num_computed_tokens += s.num_new_tokens
-            self.block_manager.commit(s.seq)
+            if not s.draft_token_ids:  # a speculating sequence's KV counts once verified
+                s.seq.num_computed_tokens += s.num_new_tokens
+                self.block_manager.commit(s.seq)
         if not sampling:
             return []
-        result = sample(logits[n_prompt_rows:], [s.seq for s in sampling])
+        logits = logits[n_prompt_rows:]
+        # sampling rows: one per plain sequence, k + 1 per sequence verifying k draft tokens
+        widths = (1 + len(s.draft_token_ids) for s in sampling[:-1])
+        first_row = list(itertools.accumulate(widths, initial=0))
+        plain = [j for j, s in enumerate(sampling) if not s.draft_token_ids]
+        if len(plain) < len(sampling):
+            rows = torch.tensor(
+                [first_row[j] for j in plain], dtype=torch.long, device=logits.device
+            )
+            result = sample(logits[rows], [sampling[j].seq for j in plain])
+        else:
+            result = sample(logits, [s.seq for s in sampling])
         outs = []
-        for i, s in enumerate(sampling):
-            if i in result.failed:
+        i = 0
+        for s, start in zip(sampling, first_row):
+            if s.draft_token_ids:
+                outs.append(self._verify(s, logits[start : start + 1 + len(s.draft_token_ids)]))
+            elif i in result.failed:
                 self._release(s.seq)
                 outs.append(self._failed(s.seq, result.failed[i], "request"))
+                i += 1
             else:
-                outs.append(self._append(s.seq, result.token_ids[i], result.logprobs[i]))
+                lp = result.logprobs[i]
+                outs.append(
+                    self._append(s.seq, [result.token_ids[i]], None if lp is None else [lp])
+                )
+                i += 1
+            if self.speculator is not None and s.seq.request_id in self._seqs:
+                self.speculator.propose(s.seq)
         return outs
 
-    def _append(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> RequestOutput:
-        seq.append_output(token)
+    def _verify(self, s: ScheduledSeq, logits: torch.Tensor) -> RequestOutput:
+        """Keep the part of `s`'s draft the target agrees with (`engine.spec_decode.rejection`)
+        and emit it with the target's next token; the KV of the rest is rolled back."""
+        assert self.speculator is not None
+        draft = list(s.draft_token_ids)
+        try:
+            verified = verify(logits, s.seq, draft)
+        except Exception as exc:  # this request's fault: the batch goes on without it
+            logger.exception("request %s failed in speculative verification", s.seq.request_id)
+            self._release(s.seq)
+            return self._failed(s.seq, f"{type(exc).__name__} in the sampler", "request")
+        self.speculator.record(s.seq, len(draft), verified.num_accepted)
+        return self._append(s.seq, verified.token_ids, verified.logprobs, speculative=True)
+
+    def _append(
+        self,
+        seq: Sequence,
+        tokens: list[int],
+        lps: list[TokenLogprob] | None,
+        speculative: bool = False,
+    ) -> RequestOutput:
+        """Record the step's tokens for `seq` (one sampled token, or a verified draft run and
+        the target's token after it) up to the first that ends the request.
+
+        Args:
+            speculative: the tokens came from verifying a draft: the KV computed in the step
+                is kept for the emitted tokens only (every token but the newest), and blocks
+                that held nothing but rejected draft tokens go back to the pool.
+        """
         p = seq.params
         reason = None
-        ended = p.constraint is not None and p.constraint.is_terminated()
-        if ended or (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
-            reason = "stop"
-        elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            reason = "length"
+        kept = 0
+        for token in tokens:
+            seq.append_output(token)
+            kept += 1
+            ended = p.constraint is not None and p.constraint.is_terminated()
+            if (
+                ended
+                or (not p.ignore_eos and token in self.eos_token_ids)
+                or token in p.stop_token_ids
+            ):
+                reason = "stop"
+            elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+                reason = "length"
+            if reason is not None:
+                break
+        if speculative:
+            seq.num_computed_tokens = seq.num_tokens - 1
+            self.block_manager.commit(seq)
         if reason is not None:
             self._release(seq)
-        return self._output(seq, (token,), reason is not None, reason, lp)
+        elif speculative:
+            self.block_manager.trim(seq)
+        lp = tuple(lps[:kept]) if lps is not None else None
+        return self._output(seq, tuple(tokens[:kept]), reason is not None, reason, lp)
 
     def _failed(self, seq: Sequence, error: str, kind: ErrorKind) -> RequestOutput:
         return replace(self._output(seq, (), True, "error"), error=error, error_kind=kind)
@@ -394,7 +468,7 @@ class LLMEngine:
         tokens: tuple[int, ...],
         finished: bool,
         reason: str | None,
-        lp: TokenLogprob | None = None,
+        lps: tuple[TokenLogprob, ...] | None = None,
     ) -> RequestOutput:
         prompt_lps = None
         if seq.params.prompt_logprobs is not None and not seq.prompt_logprobs_sent and tokens:
@@ -408,7 +482,7 @@ class LLMEngine:
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=len(seq.output_token_ids),
-            logprobs=(lp,) if lp is not None else None,
+            logprobs=lps,
             prompt_logprobs=prompt_lps,
             scheduled_at=seq.scheduled_at,
         )

@@ -19,6 +19,12 @@ last change, its labels `max_lora` and the comma-separated `running_lora_adapter
 `waiting_lora_adapters`; one series per replica at a time) and in
 `ascend_router_lora_requests_total{lora_name}` (requests received per adapter); each replica's
 registered adapters are `ascend_router_lora_adapter_loaded{lora_name} 1`.
+
+With speculative decoding (`engine.spec_decode`), vLLM's counters `vllm:spec_decode_num_drafts`,
+`vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens` and
+`vllm:spec_decode_num_accepted_tokens_per_pos{position}` (position 0..k-1, each series from
+start-up) follow the engine's totals once per step; the acceptance rate is
+`accepted_tokens / draft_tokens`, the mean acceptance length `1 + accepted_tokens / drafts`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from engine.llm_engine import EngineStats
 from engine.metric_aliases import Alias
 from engine.outputs import RequestOutput
 from engine.request_stats import FinishedRequest, RequestTimes, finished_request
+from engine.spec_decode.speculator import SpecDecodeStats
 
 LATENCY_BUCKETS = (
     0.01,
@@ -93,9 +100,13 @@ class EngineMetrics:
         model_name: value of the `model_name` label.
         replica: value of the `replica` label (the Serve replica id).
         max_model_len: context length in tokens (the top bucket of the token-count histograms).
+        num_speculative_tokens: the model's k when it speculates (its `vllm:spec_decode_*`
+            counters are declared); 0: speculation off, no such series.
     """
 
-    def __init__(self, model_name: str, replica: str, max_model_len: int) -> None:
+    def __init__(
+        self, model_name: str, replica: str, max_model_len: int, num_speculative_tokens: int = 0
+    ) -> None:
         self.registry = r = CollectorRegistry()
         labels, values = ["model_name", "replica"], (model_name, replica)
 
@@ -216,6 +227,9 @@ class EngineMetrics:
         )
         self._lora_now: tuple[tuple[str, ...], ...] | None = None
         self._last = EngineStats(0, 0, 0.0, 0, 1, 0, 0, 0)
+        self.spec: SpecDecodeMetrics | None = None
+        if num_speculative_tokens:
+            self.spec = SpecDecodeMetrics(r, labels, values, num_speculative_tokens)
 
     def observe_step(self, stats: EngineStats) -> None:
         """Update gauges and counters from the engine's figures after a step."""
@@ -225,6 +239,8 @@ class EngineMetrics:
         self.preemptions.inc(stats.num_preemptions - self._last.num_preemptions)
         self.prefix_queries.inc(stats.prefix_cache_queries - self._last.prefix_cache_queries)
         self.prefix_hits.inc(stats.prefix_cache_hits - self._last.prefix_cache_hits)
+        if self.spec is not None and stats.spec is not None:
+            self.spec.observe(stats.spec)
         self._last = stats
         lora = stats.lora
         if lora is not None:
@@ -277,3 +293,48 @@ class EngineMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this replica's metrics."""
         return generate_latest(self.registry)
+
+
+class SpecDecodeMetrics:
+    """vLLM's speculative decoding counters (`vllm/v1/spec_decode/metrics.py`), following the
+    engine's totals (`SpecDecodeStats`).
+
+    Args:
+        registry: where the counters are registered.
+        labels: label names (`model_name`, `replica`).
+        values: their values.
+        k: draft tokens per step (positions 0..k-1 of the per-position counter).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, labels: list[str], values: tuple[str, ...], k: int
+    ) -> None:
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry).labels(*values)
+
+        self.drafts = counter("vllm:spec_decode_num_drafts", "Speculative drafts verified.")
+        self.draft_tokens = counter(
+            "vllm:spec_decode_num_draft_tokens", "Speculative draft tokens verified."
+        )
+        self.accepted_tokens = counter(
+            "vllm:spec_decode_num_accepted_tokens", "Speculative draft tokens accepted."
+        )
+        per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Speculative draft tokens accepted, per draft position (0 = the first).",
+            [*labels, "position"],
+            registry=registry,
+        )
+        self.per_pos = [per_pos.labels(*values, str(pos)) for pos in range(k)]
+        self._last = SpecDecodeStats(0, 0, 0, (0,) * k)
+
+    def observe(self, stats: SpecDecodeStats) -> None:
+        """Add what the engine counted since the previous call."""
+        last = self._last
+        self.drafts.inc(stats.num_drafts - last.num_drafts)
+        self.draft_tokens.inc(stats.num_draft_tokens - last.num_draft_tokens)
+        self.accepted_tokens.inc(stats.num_accepted_tokens - last.num_accepted_tokens)
+        now, before = stats.num_accepted_tokens_per_pos, last.num_accepted_tokens_per_pos
+        for counter, n, m in zip(self.per_pos, now, before, strict=True):
+            counter.inc(n - m)
+        self._last = stats

@@ -65,7 +65,7 @@ class ModelRunner:
         """
         starts = torch.tensor(step.starts)
         q_lens = torch.tensor(step.q_lens)
-        ctx_lens = starts + q_lens
+        prompt_lens = torch.tensor(step.prompt_lens)
         longest = max(len(t) for t in step.block_tables)
         tables = torch.tensor([t + [0] * (longest - len(t)) for t in step.block_tables])
         if table_width is not None:  # a graph step: its fixed width, padded as a tensor
@@ -76,41 +76,51 @@ class ModelRunner:
         q_pos = starts[q_seq] + torch.arange(len(q_seq)) - q_first[q_seq]
         bs = self.block_size
 
-        # decode: one new token per sequence, each over its own whole blocks (padding masked)
-        dec = seq_idx[q_lens == 1]
+        generated = q_pos >= prompt_lens[q_seq]
+
+        # decode rows: the token of a one-token step and every generated token (several of one
+        # sequence when it verifies speculative draft tokens), each over its own context
+        # (positions up to its own, whole blocks, padding masked): a generated token's
+        # attention runs on the decode kernel however its step was formed
+        as_decode = generated | (q_lens[q_seq] == 1)
+        dec_rows = torch.nonzero(as_decode).flatten()
+        dec_lens = q_pos[dec_rows] + 1
         if table_width is not None:
             dec_blocks = table_width
         else:
-            dec_blocks = int((ctx_lens[dec].max() + bs - 1) // bs) if len(dec) else 0
-        dec_tables = tables[dec, :dec_blocks]
-        # prefill chunks: a padded batch of chunks, each causal over its own whole blocks
-        pre = seq_idx[q_lens > 1]
-        pre_rows = torch.nonzero(q_lens[q_seq] > 1).flatten()
-        q_max = int(q_lens[pre].max()) if len(pre) else 0
+            dec_blocks = int((dec_lens.max() + bs - 1) // bs) if len(dec_rows) else 0
+        dec_tables = tables[q_seq[dec_rows], :dec_blocks]
+        # prefill chunks: the leading prompt tokens of each longer chunk, as a padded batch of
+        # chunks, each causal over its own whole blocks
+        pre_q = (prompt_lens - starts).clamp(min=0).minimum(q_lens)
+        pre_q[q_lens == 1] = 0
+        pre = seq_idx[pre_q > 0]
+        pre_rows = torch.nonzero(~as_decode).flatten()
+        q_max = int(pre_q[pre].max()) if len(pre) else 0
         slot_in_pre = torch.zeros(len(q_lens), dtype=torch.long)
         slot_in_pre[pre] = torch.arange(len(pre))
         row_seq = q_seq[pre_rows]
         pad_index = slot_in_pre[row_seq] * q_max + q_pos[pre_rows] - starts[row_seq]
-        pre_blocks = int((ctx_lens[pre].max() + bs - 1) // bs) if len(pre) else 0
+        pre_ctx = starts[pre] + pre_q[pre]
+        pre_blocks = int((pre_ctx.max() + bs - 1) // bs) if len(pre) else 0
         key = torch.arange(pre_blocks * bs)[None, None, :]
         qi = torch.arange(q_max)[None, :, None]
-        real = qi < q_lens[pre][:, None, None]
+        real = qi < pre_q[pre][:, None, None]
         pre_mask = (real & (key <= starts[pre][:, None, None] + qi)) | (~real & (key == 0))
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=(tables[q_seq, q_pos // bs] * bs + q_pos % bs).to(dev),
             kv_caches=self.kv_caches,
             block_size=bs,
-            decode_rows=q_first[dec].to(dev),
+            decode_rows=dec_rows.to(dev),
             decode_block_tables=dec_tables.to(device=dev, dtype=torch.int32),
-            decode_seq_lens=ctx_lens[dec].to(torch.int32),
+            decode_seq_lens=dec_lens.to(torch.int32),
             prefill_rows=pre_rows.to(dev),
             prefill_pad_index=pad_index.to(dev),
             prefill_block_tables=tables[pre, :pre_blocks].to(dev),
             prefill_mask=pre_mask[:, None].to(dev),
             ops=self.ops,
         )
-        generated = q_pos >= torch.tensor(step.prompt_lens)[q_seq]
         ctx = ForwardContext(
             attention=meta,
             prompt_rows=torch.nonzero(~generated).flatten().to(dev),

@@ -14,19 +14,29 @@ from dataclasses import dataclass
 import torch
 
 from engine.outputs import TokenLogprob
+from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
 
 
-def _process_row(logits: torch.Tensor, i: int, seq: Sequence) -> None:
-    """This sequence's own logit processing: bias, penalties, grammar mask (row `i`)."""
+def process_row(
+    logits: torch.Tensor, i: int, seq: Sequence, outputs: list[int] | None = None
+) -> None:
+    """This sequence's own logit processing of row `i` of `logits` (`[N, vocab_size]`
+    float32, in place): logit bias, presence/frequency penalties, grammar mask.
+
+    Args:
+        outputs: the generated tokens the penalties count (default `seq.output_token_ids`;
+            a speculative verification row counts the draft tokens before it as well).
+    """
     p = seq.params
+    outputs = seq.output_token_ids if outputs is None else outputs
     if p.logit_bias:
         ids = torch.tensor(list(p.logit_bias), device=logits.device)
         logits[i, ids] += torch.tensor(list(p.logit_bias.values()), device=logits.device)
-    if (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids:
-        out = torch.tensor(seq.output_token_ids, device=logits.device)
+    if (p.presence_penalty or p.frequency_penalty) and outputs:
+        out = torch.tensor(outputs, device=logits.device)
         counts = torch.bincount(out, minlength=logits.shape[-1]).to(logits.dtype)
         logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
     if p.constraint is not None:
@@ -52,9 +62,35 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor)
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def _logprob_entries(
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution sampled rows draw from: temperature, then top-k and top-p.
+
+    Args:
+        logits: `[N, vocab_size]` float32 processed logits (`process_row`), one row per
+            entry of `params`.
+
+    Returns:
+        `[N, vocab_size]` float32 probabilities (rows sum to 1).
+    """
+    temps = torch.tensor([max(p.temperature, 1e-5) for p in params], device=logits.device)
+    scaled = logits / temps[:, None]
+    top_k = torch.tensor([p.top_k for p in params], device=logits.device)
+    top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+    if bool((top_k > 0).any() or (top_p < 1.0).any()):
+        scaled = _top_k_top_p(scaled, top_k, top_p)
+    return scaled.softmax(dim=-1)
+
+
+def logprob_entries(
     logprobs: torch.Tensor, chosen: torch.Tensor, num_top: int
 ) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Per row: the chosen token's logprob and the `num_top` (at least 1) most likely
+    `(token_id, logprob)` pairs.
+
+    Args:
+        logprobs: `[N, vocab_size]` float32 log-probabilities.
+        chosen: `[N]` int64 chosen token ids.
+    """
     top_vals, top_ids = logprobs.topk(max(num_top, 1), dim=-1)
     chosen_lp = logprobs.gather(-1, chosen[:, None])[:, 0].tolist()
     top = [list(zip(i, v)) for i, v in zip(top_ids.tolist(), top_vals.tolist())]
@@ -90,7 +126,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
     failed: dict[int, str] = {}
     for i, seq in enumerate(seqs):
         try:
-            _process_row(logits, i, seq)
+            process_row(logits, i, seq)
         except Exception as exc:  # this request's fault: the batch goes on without it
             _fail(failed, i, seq, exc)
             logits[i] = 0.0
@@ -98,13 +134,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
     greedy = torch.tensor([p.greedy for p in params], device=logits.device)
     chosen = logits.argmax(dim=-1)
     if not bool(greedy.all()):
-        temps = torch.tensor([max(p.temperature, 1e-5) for p in params], device=logits.device)
-        scaled = logits / temps[:, None]
-        top_k = torch.tensor([p.top_k for p in params], device=logits.device)
-        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
-        if bool((top_k > 0).any() or (top_p < 1.0).any()):
-            scaled = _top_k_top_p(scaled, top_k, top_p)
-        probs = scaled.softmax(dim=-1)
+        probs = sampling_probs(logits, params)
         q = torch.empty_like(probs).exponential_()
         for i, seq in enumerate(seqs):
             if seq.generator is not None and not params[i].greedy:
@@ -122,7 +152,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
     if any(w is not None for w in want):
         lp = logits.log_softmax(dim=-1)
         num_top = max(w or 0 for w in want)
-        for i, (chosen_lp, top) in enumerate(_logprob_entries(lp, chosen, num_top)):
+        for i, (chosen_lp, top) in enumerate(logprob_entries(lp, chosen, num_top)):
             if want[i] is not None:
                 entries[i] = TokenLogprob(token_ids[i], chosen_lp, tuple(top[: want[i]]))
     return SampleResult(token_ids, entries, failed)
@@ -140,5 +170,5 @@ def prompt_logprobs(logits: torch.Tensor, next_ids: list[int], num_top: int) -> 
     chosen = torch.tensor(next_ids, device=logits.device)
     return [
         TokenLogprob(tid, clp, tuple(top[:num_top]))
-        for tid, (clp, top) in zip(next_ids, _logprob_entries(lp, chosen, num_top))
+        for tid, (clp, top) in zip(next_ids, logprob_entries(lp, chosen, num_top))
     ]

@@ -3,7 +3,9 @@
 Each step, running sequences go first (one decode token each, or the next chunk of a prompt
 still in prefill), then waiting sequences are admitted while the token budget
 (`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the free KV blocks allow.
-Prompts longer than the remaining budget are prefilled in chunks over several steps. When a
+Prompts longer than the remaining budget are prefilled in chunks over several steps. A decoding
+sequence with speculative draft tokens (`engine.spec_decode`) runs them after its last token in
+the same step when the budget and the free blocks allow, else decodes plainly. When a
 running sequence needs a block and none is free, the newest running sequence is preempted:
 its blocks are freed and it goes back to the front of the waiting queue to be recomputed.
 """
@@ -28,11 +30,15 @@ class ScheduledSeq:
             `seq.num_computed_tokens`).
         sample: whether a token is sampled after this step (the chunk reaches the end of the
             known tokens).
+        draft_token_ids: speculative draft tokens verified in this step: the last
+            `len(draft_token_ids)` of the `num_new_tokens` (`engine.spec_decode`); then every
+            one of its rows is sampled.
     """
 
     seq: Sequence
     num_new_tokens: int
     sample: bool
+    draft_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,16 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 
+    def _draft(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
+        """The draft tokens a decoding sequence verifies this step, as many as the token
+        budget and free blocks allow: a draft never preempts anyone."""
+        if not seq.draft_token_ids or n != 1 or seq.num_tokens - seq.num_computed_tokens != 1:
+            return ()
+        draft = tuple(seq.draft_token_ids[: budget - 1])
+        if draft and self.block_manager.ensure_capacity(seq, seq.num_tokens + len(draft)):
+            return draft
+        return ()
+
     def schedule(self) -> SchedulerOutput:
         """Build the next step's batch."""
         budget = self.max_num_batched_tokens
@@ -110,6 +126,7 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            draft = self._draft(seq, n, budget)
             target = seq.num_computed_tokens + n
             while not self.block_manager.ensure_capacity(seq, target):
                 victim = self.running[-1]
@@ -119,8 +136,8 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 break
-            scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
-            budget -= n
+            scheduled.append(ScheduledSeq(seq, n + len(draft), target == seq.num_tokens, draft))
+            budget -= n + len(draft)
             i += 1
         # Freshly preempted work waits until the cache has room again.
         adapters = {s.lora_id for s in self.running if s.lora_id is not None}

@@ -9,6 +9,7 @@ import torch
 
 from engine.outputs import TokenLogprob
 from engine.sampling_params import SamplingParams
+from engine.spec_decode.state import SpecState
 
 
 class SequenceStatus(enum.Enum):
@@ -42,6 +43,10 @@ class Sequence:
             None for the base model; also its `cache_key`.
         scheduled_at: when the scheduler first admitted it to the running batch
             (`time.monotonic()` seconds; a preempted sequence keeps its first), or None.
+        draft_token_ids: speculative draft tokens proposed for its next decode step
+            (`engine.spec_decode`); not part of the sequence until verified.
+        spec: its speculation state (acceptance average, token mirror); None until the
+            speculator first sees it, and always with speculation off.
     """
 
     request_id: str
@@ -59,6 +64,8 @@ class Sequence:
     lora_id: int | None = None
     prompt_logprobs_sent: bool = False
     scheduled_at: float | None = None
+    draft_token_ids: list[int] = field(default_factory=list)
+    spec: SpecState | None = None
     _tokens: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -16,7 +16,8 @@ class StepInput:
     """One flattened batch.
 
     Attributes:
-        token_ids: `[T]` tokens of every scheduled sequence, concatenated.
+        token_ids: `[T]` tokens of every scheduled sequence, concatenated (a speculating
+            sequence's draft tokens after its known ones).
         starts: per sequence, the position of its first token in this step (tokens already in
             the KV cache).
         q_lens: per sequence, tokens in this step.
@@ -43,7 +44,9 @@ class StepInput:
         lora_ids = tuple(s.seq.lora_id for s in batch.scheduled)
         for s in batch.scheduled:
             start = s.seq.num_computed_tokens
-            token_ids.extend(s.seq.token_ids()[start : start + s.num_new_tokens])
+            known = s.num_new_tokens - len(s.draft_token_ids)
+            token_ids.extend(s.seq.token_ids()[start : start + known])
+            token_ids.extend(s.draft_token_ids)  # speculative: verified in this step
         return cls(
             token_ids=token_ids,
             starts=[s.seq.num_computed_tokens for s in batch.scheduled],

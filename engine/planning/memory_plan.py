@@ -6,7 +6,8 @@ Per rank (one NPU; a replica has `tensor_parallel_size` ranks):
   alike are taken as evenly sharded);
 - KV bytes per token = `KVCacheSpec.bytes_per_token()` of the rank's share of the K/V heads
   (`max(1, num_kv_heads // tp)`), i.e. `num_layers × kv_heads × (k_head_dim + v_head_dim) ×
-  dtype_bytes` (engine/kv_cache.py);
+  dtype_bytes` (engine/kv_cache.py); for DeepSeek MLA the latent, `num_layers ×
+  (kv_lora_rank + qk_rope_head_dim) × dtype_bytes`, whole on every rank;
 - KV budget = `device_memory × gpu_memory_utilization − weights − ACTIVATION_RESERVE_BYTES`,
   the engine's own budget formula (DESIGN.md, "KV budget comes from measurement") with the
   profiled peak activations replaced by a fixed reserve;

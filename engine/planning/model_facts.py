@@ -6,9 +6,10 @@ deployment's `shape` section. The parameter count is read from the checkpoint's 
 (safetensors headers or GGUF tensor info, nothing is loaded) and falls back to
 `shape.num_parameters`.
 
-The KV geometry is the engine's own (`engine.kv_cache.KVCacheSpec`) and checkpoints resolve as
-the engine loads them (`engine.model_loader`), which is why planning lives in `engine/`, beside
-the runtime KV budget (`engine.kv_budget`).
+The KV geometry is the engine's own (`engine.kv_cache.KVCacheSpec`: for DeepSeek MLA the
+latent, `kv_lora_rank + qk_rope_head_dim` per token and layer on every rank) and checkpoints
+resolve as the engine loads them (`engine.model_loader`), which is why planning lives in
+`engine/`, beside the runtime KV budget (`engine.kv_budget`).
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ class ModelFacts:
     Attributes:
         num_parameters: total parameters (every expert included).
         num_layers: decoder layers.
-        num_kv_heads: K/V heads per layer (query heads for DeepSeek MLA, which transformers
-            expands before attention).
+        num_kv_heads: K/V heads per layer (for DeepSeek MLA the query heads, its attention
+            expanded per head: what the attention ops are sized by).
         k_head_dim: K head size in elements.
         v_head_dim: V head size in elements.
         max_model_len: context length in tokens (engine setting, else model's).
         shape_source: where the shapes came from, for the report.
         hf_config: the checkpoint's config when it was read, else None.
+        kv_lora_rank: DeepSeek MLA's latent size per token and layer; None for other models.
+        qk_rope_head_dim: DeepSeek MLA's cached rotary key size; None for other models.
     """
 
     num_parameters: int
@@ -51,9 +54,14 @@ class ModelFacts:
     max_model_len: int
     shape_source: str
     hf_config: PretrainedConfig | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
 
     def kv_spec(self, dtype: torch.dtype, tensor_parallel_size: int = 1) -> KVCacheSpec:
-        """KV geometry of one rank: K/V heads split over ranks (at least one head per rank)."""
+        """KV geometry of one rank: K/V heads split over ranks (at least one head per rank);
+        DeepSeek MLA's latent whole on every rank."""
+        if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
+            return KVCacheSpec.mla(self.num_layers, self.kv_lora_rank, self.qk_rope_head_dim, dtype)
         heads = max(1, self.num_kv_heads // tensor_parallel_size)
         return KVCacheSpec(self.num_layers, heads, self.k_head_dim, self.v_head_dim, dtype)
 
@@ -101,6 +109,12 @@ def model_facts(model: ModelDeploymentConfig) -> ModelFacts:
     if ref is not None:
         config = load_config(ref)
         spec = KVCacheSpec.from_config(config, torch.float32)
+        heads, k_dim, v_dim = spec.num_kv_heads, spec.k_head_dim, spec.v_head_dim
+        latent: tuple[int | None, int | None] = (None, None)
+        if spec.latent:  # attention ops see the expanded heads; the cache holds the latent
+            heads, v_dim = config.num_attention_heads, config.v_head_dim
+            k_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+            latent = (spec.k_head_dim, spec.v_head_dim)
         params = count_parameters(ref)
         if params is None and model.shape is not None:
             params = model.shape.num_parameters
@@ -117,12 +131,13 @@ def model_facts(model: ModelDeploymentConfig) -> ModelFacts:
         return ModelFacts(
             params,
             spec.num_layers,
-            spec.num_kv_heads,
-            spec.k_head_dim,
-            spec.v_head_dim,
+            heads,
+            k_dim,
+            v_dim,
             int(max_len),
             f"checkpoint config at {ref.directory}",
             config,
+            *latent,
         )
     if model.shape is None:
         raise ValueError(
@@ -138,4 +153,6 @@ def model_facts(model: ModelDeploymentConfig) -> ModelFacts:
         s.v_head_dim,
         model.engine.max_model_len or s.max_model_len,
         "`shape` in the config",
+        kv_lora_rank=s.kv_lora_rank,
+        qk_rope_head_dim=s.qk_rope_head_dim,
     )

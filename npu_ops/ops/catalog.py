@@ -15,12 +15,15 @@
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
 | grouped_lora | `lora.grouped_lora` | the reference** | — |
+| mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
+| mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
 
 "—" means the reference runs on that platform. * cuda; on cpu our own kernel
 (`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`). ** registered as `npu`
 as it is: two dense GEMMs and a mask (`aclnnMatmul`, `aclnnInplaceMaskedFillScalar`,
 `aclnnAddmm` through torch_npu's aten dispatch), fewer launches than `npu_grouped_matmul`'s one
-shrink and one expand per slice of a merged projection.
+shrink and one expand per slice of a merged projection. *** DeepSeek-V3-sized MLA only (the
+kernels' documented shapes, `npu_ops.ops.npu.mla`); other shapes run the reference on the device.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -41,6 +44,7 @@ from npu_ops.ops import (
     attention,
     cpu_attention,
     lora,
+    mla,
     moe_gating,
     moe_routing,
     norm,
@@ -49,6 +53,7 @@ from npu_ops.ops import (
 )
 from npu_ops.ops.npu import attention as npu_attention
 from npu_ops.ops.npu import elementwise as npu_elementwise
+from npu_ops.ops.npu import mla as npu_mla
 from npu_ops.ops.npu import moe as npu_moe
 from npu_ops.ops.npu import quant as npu_quant
 from npu_ops.ops.registry import OpRegistry
@@ -78,6 +83,12 @@ def build_registry() -> OpRegistry:
     reg.define("dynamic_quant", quant.dynamic_quant, "per-token int8 quantisation")
     reg.define("quant_matmul", quant.quant_matmul, "W8A8 matmul with dequant")
     reg.define("grouped_lora", lora.grouped_lora, "LoRA updates of rows by their adapter")
+    reg.define("mla_prolog", mla.mla_prolog, "MLA projections, absorbed query, latent cache write")
+    reg.define(
+        "mla_decode_attention",
+        mla.mla_decode_attention,
+        "MLA decode attention over the paged latent cache",
+    )
 
     reg.register("rms_norm", "npu", npu_elementwise.rms_norm, NPU)
     reg.register("add_rms_norm", "npu", npu_elementwise.add_rms_norm, NPU)
@@ -92,6 +103,8 @@ def build_registry() -> OpRegistry:
     reg.register("dynamic_quant", "npu", npu_quant.dynamic_quant, NPU)
     reg.register("quant_matmul", "npu", npu_quant.quant_matmul, NPU)
     reg.register("grouped_lora", "npu", lora.grouped_lora, NPU)
+    reg.register("mla_prolog", "npu", npu_mla.mla_prolog, NPU)
+    reg.register("mla_decode_attention", "npu", npu_mla.mla_decode_attention, NPU)
 
     reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
     reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)

@@ -1,10 +1,12 @@
 """Realistic inputs for every op, for the op preflight (`ascend-router ops-check`).
 
 `OpShapes` holds the sizes; its defaults are Qwen2.5-7B's attention and MLP (28 query heads,
-4 K/V heads of 128, hidden 3584, intermediate 18944) and DeepSeek-V3's router (256 experts in 8
-groups, 4 groups and 8 experts per token, scaling 2.5). `OpShapes.for_model` takes them from a
-model's checkpoint config or `shape` section instead. Inputs are built on the host from a seeded
-generator, so every implementation and the reference see the same numbers.
+4 K/V heads of 128, hidden 3584, intermediate 18944), DeepSeek-V3's router (256 experts in 8
+groups, 4 groups and 8 experts per token, scaling 2.5) and DeepSeek-V3's MLA (hidden 7168, query
+LoRA 1536, latent 512, head dims 128 + 64) at 32 heads, one rank's share of 128 over 4 ranks.
+`OpShapes.for_model` takes them from a model's checkpoint config or `shape` section instead.
+Inputs are built on the host from a seeded generator, so every implementation and the reference
+see the same numbers.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class OpShapes:
     prefill_q_lens: tuple[int, ...] = (256, 96)
     prefill_kv_lens: tuple[int, ...] = (256, 160)  # the second continues a cached prefix
     decode_lens: tuple[int, ...] = (300, 17, 128, 1000)
+    mla_hidden_size: int = 7168
+    mla_heads: int = 32
+    q_lora_rank: int | None = 1536  # None: no query LoRA (DeepSeek-V2-Lite)
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
 
     @classmethod
     def for_model(
@@ -98,6 +106,15 @@ class OpShapes:
                 }
             else:
                 updates |= {"softmax_experts": experts, "softmax_top_k": top_k}
+        if getattr(c, "kv_lora_rank", None):
+            updates |= {
+                "mla_hidden_size": c.hidden_size,
+                "mla_heads": c.num_attention_heads,
+                "q_lora_rank": c.q_lora_rank,
+                "kv_lora_rank": c.kv_lora_rank,
+                "qk_nope_head_dim": c.qk_nope_head_dim,
+                "qk_rope_head_dim": c.qk_rope_head_dim,
+            }
         return replace(shapes, **updates)
 
 
@@ -116,9 +133,10 @@ def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype, scale: float = 1
     return (torch.randn(*shape, generator=g) * scale).to(dtype)
 
 
-def _rope(s: OpShapes, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin `[T, D]` in the "half" layout for positions 0..T-1 (transformers' RoPE)."""
-    d = s.k_head_dim
+def _rope(s: OpShapes, tokens: int, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin `[T, D]` in the "half" layout for positions 0..T-1 (transformers' RoPE); `D` is
+    `dim`, else the K head size."""
+    d = dim or s.k_head_dim
     inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
     freqs = torch.outer(torch.arange(tokens, dtype=torch.float32), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -200,6 +218,8 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             half,
         ),
         "grouped_lora": lambda: _lora_case(g, s),
+        "mla_prolog": lambda: _mla_prolog_case(g, s),
+        "mla_decode_attention": lambda: _mla_decode_case(g, s),
     }
     if op not in builders:
         raise ValueError(f"no preflight inputs for op {op!r}")
@@ -245,4 +265,45 @@ def _lora_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
         torch.cat([_randn(g, r, out, dtype=dt, scale=r**-0.5) for r in ranks]),
         row_ids,
         col_ids,
+    )
+
+
+def _mla_prolog_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    """`num_tokens` tokens written to scattered slots of a paged latent cache."""
+    t, he, n, dt = s.num_tokens, s.mla_hidden_size, s.mla_heads, s.dtype
+    d, dr, latent, q_rank = s.qk_nope_head_dim, s.qk_rope_head_dim, s.kv_lora_rank, s.q_lora_rank
+    num_blocks = -(-t // s.block_size) + 2
+    q_in = q_rank or he
+    cos, sin = _rope(s, t, dr)
+    return (
+        _randn(g, t, he, dtype=dt),
+        None if q_rank is None else _randn(g, he, q_rank, dtype=dt, scale=he**-0.5),
+        _randn(g, q_in, n * (d + dr), dtype=dt, scale=q_in**-0.5),
+        _randn(g, n, d, latent, dtype=dt, scale=d**-0.5),
+        _randn(g, he, latent + dr, dtype=dt, scale=he**-0.5),
+        None if q_rank is None else 1 + _randn(g, q_rank, dtype=dt, scale=0.1),
+        1 + _randn(g, latent, dtype=dt, scale=0.1),
+        sin,
+        cos,
+        torch.randperm(num_blocks * s.block_size, generator=g)[:t],
+        _randn(g, num_blocks, s.block_size, 1, latent, dtype=dt),
+        _randn(g, num_blocks, s.block_size, 1, dr, dtype=dt),
+        s.rms_norm_eps,
+        s.rms_norm_eps,
+        True,
+    )
+
+
+def _mla_decode_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    table = _block_table(g, s.decode_lens, s.block_size)
+    num_blocks = int(table.max()) + 4
+    batch, latent, dr = len(s.decode_lens), s.kv_lora_rank, s.qk_rope_head_dim
+    return (
+        _randn(g, batch, s.mla_heads, latent, dtype=s.dtype),
+        _randn(g, batch, s.mla_heads, dr, dtype=s.dtype),
+        _randn(g, num_blocks, s.block_size, 1, latent, dtype=s.dtype),
+        _randn(g, num_blocks, s.block_size, 1, dr, dtype=s.dtype),
+        table,
+        torch.tensor(s.decode_lens, dtype=torch.int32),
+        (s.qk_nope_head_dim + dr) ** -0.5,
     )

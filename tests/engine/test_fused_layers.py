@@ -31,15 +31,17 @@ EXPECTED = {
         "RegistrySoftmaxRouter": 2,
         "RegistryRMSNorm": 5,
     },
-    # MLA attention stays HF; its q/kv low-rank norms are swapped; layer 0 is dense
+    # MLAAttention takes over its q/kv low-rank norms (their gammas); layer 0 is dense
     "deepseek_v2": {
-        "RegistryRMSNorm": 7,
+        "RegistryRMSNorm": 5,
+        "MLAAttention": 2,
         "RegistrySwiGLUMLP": 2,
         "RegistryExperts": 1,
         "RegistrySoftmaxRouter": 1,
     },
     "deepseek_v3": {
-        "RegistryRMSNorm": 9,
+        "RegistryRMSNorm": 5,
+        "MLAAttention": 2,
         "RegistrySwiGLUMLP": 2,
         "RegistryExperts": 1,
         "RegistryGroupedRouter": 1,

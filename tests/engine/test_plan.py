@@ -53,11 +53,43 @@ def test_qwen_plan_follows_the_documented_formulas() -> None:
     assert plan.max_seqs_full_context == blocks // 256 and plan.fits
 
 
-def test_tensor_parallel_splits_weights_and_kv_heads() -> None:
+def test_tensor_parallel_splits_weights_and_replicates_the_mla_latent() -> None:
     model = pick_model(load_app_config(PROD), "deepseek-v2-lite-chat")
     plan = plan_deployment(model, model_facts(model))
     assert plan.weights_per_rank == -(-15706484224 * 2 // 4)
-    assert plan.kv_bytes_per_token == 27 * (16 // 4) * (192 + 128) * 2
+    # (kv_lora_rank + qk_rope_head_dim) x layers x bf16 on every rank, not the expanded
+    # 27 x (16 // 4) x (192 + 128) x 2 = 69,120 per rank
+    assert plan.kv_bytes_per_token == (512 + 64) * 27 * 2 == 31104
+
+
+def test_prod_plan_prints_the_latent_kv_figure_for_deepseek(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_command(plan_cmd, ["plan", str(PROD)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "deepseek" in line)
+    assert "| 30.4 KiB " in row, row
+
+
+def test_mla_shape_fields_come_together(tmp_path: Path) -> None:
+    doc = _prod_doc()
+    doc["applications"][0]["args"]["models"][1]["shape"].pop("qk_rope_head_dim")
+    with pytest.raises(ValueError, match="kv_lora_rank and qk_rope_head_dim together"):
+        load_app_config(_write(doc, tmp_path / "half-mla.yaml"))
+
+
+def test_a_local_deepseek_checkpoint_plans_its_latent(tmp_path: Path) -> None:
+    from engine.tiny_checkpoints import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint("deepseek_v2", tmp_path / "dsv2", real_vocab=False)
+    model = ModelDeploymentConfig.model_validate(
+        {"model_id": "tiny-dsv2", "source": {"path": str(path)}, "tensor_parallel_size": 2}
+    )
+    facts = model_facts(model)
+    # attention ops see 4 heads of 16 + 8 (K) and 16 (V); the cache holds 32 + 8 per layer
+    assert (facts.num_kv_heads, facts.k_head_dim, facts.v_head_dim) == (4, 24, 16)
+    assert (facts.kv_lora_rank, facts.qk_rope_head_dim) == (32, 8)
+    spec = facts.kv_spec(torch.bfloat16, 2)
+    assert spec.latent and spec.bytes_per_token() == 2 * (32 + 8) * 2
 
 
 def test_a_copy_that_cannot_fit_fails_with_the_reason(

@@ -4,7 +4,7 @@ Each function has the exact signature of the torch_npu API documentation (so a w
 name or a positional use of a keyword-only argument raises `TypeError`), asserts the documented
 dtype/shape/layout constraints, records the call, and computes the answer with the project's
 reference or with the doc's own formula. Sources are cited per function; MoE and quant ops are in
-`fake_torch_npu_moe.py`.
+`fake_torch_npu_moe.py`, MLA ops and the FRACTAL_NZ format calls in `fake_torch_npu_mla.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from fake_torch_npu_mla import (
+    get_npu_format,
+    npu_format_cast_,
+    npu_fused_infer_attention_score,
+    npu_mla_prolog_v2,
+)
 from fake_torch_npu_moe import (
     npu_dynamic_quant,
     npu_moe_finalize_routing,
@@ -242,6 +248,10 @@ def make_module() -> types.ModuleType:
         npu_moe_finalize_routing,
         npu_dynamic_quant,
         npu_quant_matmul,
+        npu_mla_prolog_v2,
+        npu_fused_infer_attention_score,
+        npu_format_cast_,
+        get_npu_format,
     ):
         setattr(module, fn.__name__, fn)
     return module

@@ -29,6 +29,12 @@ def small_shapes(dtype: torch.dtype = torch.float32, **overrides: object) -> OpS
         "prefill_q_lens": (7, 3),
         "prefill_kv_lens": (7, 9),
         "decode_lens": (5, 17, 33),
+        "mla_hidden_size": 32,
+        "mla_heads": 4,
+        "q_lora_rank": 24,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 8,
     }
     fields.update(overrides)
     return OpShapes(**fields)  # type: ignore[arg-type]

@@ -24,7 +24,8 @@ from npu_ops.ops.preflight import compare, run_preflight
 from npu_ops.ops.samples import build_case
 
 # torch_npu call each op must make (the MLA decode fallback is tested separately; None: the
-# reference's aten ops, no torch_npu call)
+# reference's aten ops, no torch_npu call). The MLA ops' kernels take DeepSeek-V3's sizes only,
+# so at `small_shapes` they run the reference; test_mla_ops.py checks their kernel calls.
 KERNEL: dict[str, str | None] = {
     "rms_norm": "npu_rms_norm",
     "add_rms_norm": "npu_add_rms_norm",
@@ -39,6 +40,8 @@ KERNEL: dict[str, str | None] = {
     "dynamic_quant": "npu_dynamic_quant",
     "quant_matmul": "npu_quant_matmul",
     "grouped_lora": None,
+    "mla_prolog": None,
+    "mla_decode_attention": None,
 }
 
 

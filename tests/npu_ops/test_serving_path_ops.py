@@ -18,6 +18,7 @@ import pytest
 
 import engine.fused_layers
 import engine.fused_moe
+import engine.mla_attention
 import engine.model_runner
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -30,8 +31,9 @@ current_platform()  # detected (CPU) before any test installs the torch_npu stan
 
 DENSE = {"npu_rms_norm", "npu_rotary_mul", "npu_swiglu"}
 MOE = {"npu_moe_init_routing", "npu_moe_finalize_routing"}
-# the decode step also attends through page attention; DeepSeek's MLA heads (K 24 wide, V 16
-# in the tiny models) need equal K/V sizes, so they take the reference
+# the decode step also attends through page attention, but for DeepSeek: its MLA ops
+# (`npu_mla_prolog_v2`, `npu_fused_infer_attention_score`) take DeepSeek-V3's sizes only, so the
+# tiny models run their references (test_mla_ops.py checks those kernel calls)
 DECODE_ATTENTION = {"npu_incre_flash_attention"}
 KERNELS = {
     "llama": DENSE,
@@ -39,7 +41,6 @@ KERNELS = {
     "qwen3": DENSE,
     "phi3": DENSE,
     "qwen3_moe": DENSE | MOE | {"npu_moe_gating_top_k_softmax"},
-    # MLA attention (its rotary included) is still transformers' code
     "deepseek_v2": {"npu_rms_norm", "npu_swiglu", "npu_moe_gating_top_k_softmax"} | MOE,
     "deepseek_v3": {"npu_rms_norm", "npu_swiglu", "npu_moe_gating_top_k"} | MOE,
 }
@@ -61,6 +62,7 @@ def test_prefill_and_decode_call_the_familys_npu_kernels(
     npu = REGISTRY.select("npu")
     monkeypatch.setattr(engine.fused_layers, "active_ops", lambda: npu)
     monkeypatch.setattr(engine.fused_moe, "active_ops", lambda: npu)
+    monkeypatch.setattr(engine.mla_attention, "active_ops", lambda: npu)
     monkeypatch.setattr(engine.model_runner, "active_ops", lambda: npu)
     path = make_tiny_checkpoint(family, tmp_path / family, real_vocab=False, seed=1)
     config = EngineConfig(dtype="bfloat16", num_kv_blocks=8, block_size=16, max_model_len=64)
