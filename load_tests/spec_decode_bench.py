@@ -48,18 +48,7 @@ from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from load_tests.report import ratio
 from load_tests.results import RESULTS_DIR, new_document, result_path
-
-SERVING_FIELDS: dict[str, Any] = {
-    "dtype": "auto",
-    "weight_quantization": "int4",
-    "activation_quantization": "int8",
-    "output_quantization": "int8",
-    "single_thread_max_tokens": 1,
-    "max_num_seqs": 16,
-    "max_num_batched_tokens": 512,
-    "kv_cache_memory_bytes": 128 << 20,
-}
-"""`smollm2-fast`'s engine section in `configs/local.yaml`, less graph mode."""
+from load_tests.serving_engine import SERVING_FIELDS
 
 COPY_TEXT = (
     "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a small "
