@@ -126,6 +126,16 @@ class DeploymentOptions(BaseModel):
             AutoscalingConfig.model_validate(value)
         return value
 
+    def replica_range(self) -> tuple[int, int]:
+        """(smallest, largest) replica count, as Ray Serve reads these options:
+        `autoscaling_config`'s `min_replicas` / `max_replicas` (1 / 1 when omitted), else
+        `num_replicas` (1 when omitted)."""
+        if self.autoscaling_config is None:
+            count = self.num_replicas or 1
+            return count, count
+        autoscaling = self.autoscaling_config
+        return autoscaling.get("min_replicas", 1), autoscaling.get("max_replicas", 1)
+
     def serve_options(self) -> dict[str, Any]:
         """Keyword arguments for `Deployment.options`."""
         return self.model_dump(exclude_none=True)

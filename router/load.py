@@ -41,8 +41,7 @@ class ModelLimits:
     @classmethod
     def from_options(cls, options: DeploymentOptions) -> ModelLimits:
         """Limits derived from a model's Ray Serve deployment options."""
-        autoscaling = options.autoscaling_config or {}
-        replicas = options.num_replicas or int(autoscaling.get("max_replicas", 1))
+        _, replicas = options.replica_range()
         queued = options.max_queued_requests
         return cls(options.max_ongoing_requests, replicas, None if queued < 0 else queued)
 

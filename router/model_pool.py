@@ -6,9 +6,8 @@ model is probed and the call ends unless the probe succeeds, and no call waits l
 `response_timeout_s`; while the Serve controller reports the model's deployment as still
 starting, or scaled to zero (`router.deployment_status`), or reports it serving while this
 router's calls in flight there take every slot of its replicas (a probe would queue), the call
-waits without probing. The
-policy skips a deployment reported failed, and one still starting while another candidate
-serves.
+waits without probing. The policy skips a deployment reported failed, and one still starting
+while another candidate serves.
 
 A failed call is classified, and only replica faults touch health:
 - *saturated*: Ray's `BackPressureError` (the handle's `max_queued_requests` is exceeded) or

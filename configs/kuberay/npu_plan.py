@@ -51,12 +51,7 @@ def replica_bounds(model: ModelDeploymentConfig) -> tuple[int, int]:
     Raises:
         ValueError: the autoscaling bounds are not integers or `min_replicas > max_replicas`.
     """
-    options = model.deployment
-    if options.autoscaling_config is None:
-        count = options.num_replicas or 1
-        return count, count
-    low = options.autoscaling_config.get("min_replicas", 1)
-    high = options.autoscaling_config.get("max_replicas", 1)
+    low, high = model.deployment.replica_range()
     if not isinstance(low, int) or not isinstance(high, int) or not 0 <= low <= high:
         raise ValueError(
             f"{model.model_id}: autoscaling_config needs integers 0 <= min_replicas <= "

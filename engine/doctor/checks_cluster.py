@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from configs.model_config import ModelDeploymentConfig, RouterAppConfig
+from configs.model_config import RouterAppConfig
 from engine.doctor.checks_config import replica_npus
 from engine.doctor.probes import RayNode
 from engine.doctor.report import Check, Status
@@ -82,19 +82,6 @@ def check_node_npus(nodes: Sequence[RayNode]) -> list[Check]:
     return checks
 
 
-def replica_range(model: ModelDeploymentConfig) -> tuple[int, int]:
-    """(minimum, maximum) replicas: `num_replicas`, else `autoscaling_config`'s `min_replicas`
-    and `max_replicas` (Serve's defaults: 1 and 1), else one."""
-    options = model.deployment
-    if options.num_replicas is not None:
-        return options.num_replicas, options.num_replicas
-    autoscaling = options.autoscaling_config
-    if autoscaling is None:
-        return 1, 1
-    low = int(autoscaling.get("min_replicas", 1))
-    return low, max(low, int(autoscaling.get("max_replicas", 1)))
-
-
 def check_cluster_npus(
     nodes: Sequence[RayNode], config: RouterAppConfig, has_npu: bool = True
 ) -> list[Check]:
@@ -104,7 +91,7 @@ def check_cluster_npus(
     On a cluster without NPUs a shortfall is a WARN (the CPU fallback serves), not a FAIL.
     """
     total = sum(n.npus for n in nodes)
-    need = [(m, *replica_range(m), replica_npus(m)) for m in config.models]
+    need = [(m, *m.deployment.replica_range(), replica_npus(m)) for m in config.models]
     low = sum(lo * per for _, lo, _, per in need)
     high = sum(hi * per for _, _, hi, per in need)
     parts = ", ".join(

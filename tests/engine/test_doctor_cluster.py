@@ -22,7 +22,6 @@ from engine.doctor.checks_cluster import (
     check_cluster_npus,
     check_node_npus,
     check_versions,
-    replica_range,
 )
 from engine.doctor.checks_config import check_ray
 from engine.doctor.node_versions import NodeVersions, local_versions
@@ -106,7 +105,7 @@ def test_each_node_npus_against_its_cards(ray_node: RayNode, status: Status, tex
 
 
 def test_replica_ranges() -> None:
-    ranges = {m.model_id: replica_range(m) for m in prod().models}
+    ranges = {m.model_id: m.deployment.replica_range() for m in prod().models}
     assert ranges == {
         "qwen2.5-7b-instruct": (1, 4),  # autoscaling_config
         "deepseek-v2-lite-chat": (1, 1),  # num_replicas
