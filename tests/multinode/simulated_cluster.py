@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,14 +135,26 @@ class SimulatedCluster:
         return node.node_id
 
 
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
+    """Poll `predicate()` every 0.25 s until it is true; the `time.monotonic()` it was.
+
+    Raises:
+        AssertionError: not true within `timeout_s` (names `what`).
+    """
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+    return time.monotonic()
+
+
 def wait_serving(client: httpx.Client, models: list[str], timeout_s: float = 300) -> float:
-    """Wait until `/health` shows each of `models` with a running replica and not down;
-    seconds waited."""
-    start = time.monotonic()
-    while True:
+    """Wait until `/health` shows each of `models` with a running replica and not down; the
+    `time.monotonic()` it did."""
+
+    def serving() -> bool:
         body = client.get("/health").json()
         replicas = body.get("replicas", {})
-        if all((replicas.get(m) or 0) > 0 and m not in body["down"] for m in models):
-            return time.monotonic() - start
-        assert time.monotonic() - start < timeout_s, body
-        time.sleep(0.25)
+        return all((replicas.get(m) or 0) > 0 and m not in body["down"] for m in models)
+
+    return wait_for(serving, timeout_s, f"{models} to serve")

@@ -6,24 +6,14 @@ the live replica count, is tested in tests/router/test_app.py.)"""
 
 from __future__ import annotations
 
-import time
-
 import httpx
-from simulated_cluster import SimulatedCluster
+from simulated_cluster import SimulatedCluster, wait_for
 from traffic import Traffic, chat
 
 
 def _replicas(http: httpx.Client) -> int | None:
     replicas: int | None = http.get("/health").json()["replicas"]["tiny-auto"]
     return replicas
-
-
-def _wait_replicas(http: httpx.Client, ok: object, timeout_s: float) -> float:
-    deadline = time.monotonic() + timeout_s
-    while not ok(_replicas(http)):  # type: ignore[operator]
-        assert time.monotonic() < deadline, http.get("/health").json()
-        time.sleep(0.25)
-    return time.monotonic()
 
 
 def test_scale_from_zero_up_under_load_and_back_down(
@@ -38,17 +28,14 @@ def test_scale_from_zero_up_under_load_and_back_down(
 
     traffic = Traffic(cluster.url, "tiny-auto", threads=4, max_tokens=200).start()
     try:
-        two = _wait_replicas(http, lambda n: n == 2, 180)
-        # requests started from now on meet the router's capacity for 2 replicas (2 + 2 + 1)
-        deadline = time.monotonic() + 180
-        while sum(o.start > two + 1.5 for o in traffic.outcomes) < 8:
-            assert time.monotonic() < deadline, traffic.outcomes
-            time.sleep(0.25)
+        two = wait_for(lambda: _replicas(http) == 2, 180, "2 replicas")
+        # requests started from now on meet the router's capacity for 2 replicas (2 x 2, +4 queued)
+        wait_for(lambda: sum(o.start > two + 1.5 for o in traffic.outcomes) >= 8, 180, "load")
     finally:
         outcomes = traffic.stop()
     # every request was answered (never a 429, a 5xx or a hang: Traffic.stop checks that)
     assert all(o.completed for o in outcomes), [o for o in outcomes if not o.completed]
     assert sum(o.start > two + 1.5 for o in outcomes) >= 8
 
-    _wait_replicas(http, lambda n: n is not None and n < 2, 120)
-    _wait_replicas(http, lambda n: n == 0, 120)
+    wait_for(lambda: (n := _replicas(http)) is not None and n < 2, 120, "fewer than 2")
+    wait_for(lambda: _replicas(http) == 0, 120, "0 replicas")

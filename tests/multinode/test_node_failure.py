@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 from cluster_state import rank_nodes
-from simulated_cluster import SimulatedCluster
+from simulated_cluster import SimulatedCluster, wait_for
 from traffic import Outcome, Traffic, chat
 
 
@@ -24,15 +24,6 @@ def _report(name: str, figures: dict[str, Any]) -> None:
     if path:
         with open(path, "a") as f:
             f.write(json.dumps({"test": name, **figures}) + "\n")
-
-
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> float:
-    """Poll `predicate()` every 0.25 s until it is true; the `time.monotonic()` it was."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
-    return time.monotonic()
 
 
 def _serves(http: httpx.Client, model: str) -> bool:
@@ -45,19 +36,19 @@ def test_losing_a_models_node_falls_back_then_recovers(
 ) -> None:
     traffic = Traffic(cluster.url, "auto", max_tokens=64).start()  # smol-a, then smol-b
     try:
-        _wait_for(lambda: sum(o.completed for o in traffic.outcomes) >= 3, 120, "traffic")
-        _wait_for(lambda: traffic.streaming_for(1.0), 120, "a stream under way")
+        wait_for(lambda: sum(o.completed for o in traffic.outcomes) >= 3, 120, "traffic")
+        wait_for(lambda: traffic.streaming_for(1.0), 120, "a stream under way")
         lost = time.monotonic()
         cluster.remove("node_a")
-        down = _wait_for(lambda: "smol-a" in http.get("/health").json()["down"], 60, "down")
+        down = wait_for(lambda: "smol-a" in http.get("/health").json()["down"], 60, "down")
 
         def served_while_down() -> int:
             return sum(o.start > down + 1 for o in traffic.outcomes)
 
-        _wait_for(lambda: served_while_down() >= 2, 180, "requests while smol-a is down")
+        wait_for(lambda: served_while_down() >= 2, 180, "requests while smol-a is down")
         rejoined = time.monotonic()
         cluster.add("node_a")
-        back = _wait_for(lambda: _serves(http, "smol-a"), 240, "smol-a to serve again")
+        back = wait_for(lambda: _serves(http, "smol-a"), 240, "smol-a to serve again")
         health = http.get("/health").json()
     finally:
         outcomes = traffic.stop()  # asserts that no request hung
@@ -96,7 +87,7 @@ def test_a_tensor_parallel_model_recovers_from_losing_a_ranks_node(
     cluster: SimulatedCluster, http: httpx.Client
 ) -> None:
     # (the previous test's node loss may have taken one of these ranks: wait for the new ones)
-    _wait_for(lambda: len(rank_nodes()) == 1 and _serves(http, "tiny-tp"), 240, "tiny-tp")
+    wait_for(lambda: len(rank_nodes()) == 1 and _serves(http, "tiny-tp"), 240, "tiny-tp")
     (ranks,) = rank_nodes()
     names = {node.node_id: name for name, node in cluster.nodes.items()}
     victim = next(names[n] for n in reversed(ranks) if n in names)  # a worker node, not the head
@@ -108,7 +99,7 @@ def test_a_tensor_parallel_model_recovers_from_losing_a_ranks_node(
         outcomes.append(chat(http, "tiny-tp", stream=False, max_tokens=4))
         return outcomes[-1].completed
 
-    back = _wait_for(serving_again, 240, "tiny-tp to serve again")
+    back = wait_for(serving_again, 240, "tiny-tp to serve again")
     (new_ranks,) = rank_nodes()
     assert len(set(new_ranks)) == 2 and victim_id not in new_ranks
     # every request in between ended, with an answer or an error, none hung (chat's timeout)
