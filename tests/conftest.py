@@ -38,7 +38,9 @@ def ray_session() -> Iterator[None]:
     import ray
 
     # Logical CPUs: replicas and rank actors reserve fractions; 4 lets two apps coexist here.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # address="local": a new instance even when another Ray runs on this machine (a user's
+    # `ray start`, a simulated cluster), never attach to it
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
