@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one line per adapter written; exit 2 on bad input or a missing `peft`."""
-    from configs.model_config import ModelSource
+    from configs.model_source import ModelSource
     from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
 
     if not 1 <= args.count <= 26 or args.rank <= 0:

@@ -31,6 +31,16 @@ class EngineConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _drafting_model_without_lora(self) -> EngineConfig:
+        spec = self.speculative
+        if spec is not None and spec.method != "ngram" and self.lora is not None:
+            raise ValueError(
+                f"speculative method {spec.method!r} and LoRA exclude each other (the drafting "
+                "model has no adapters); use method: ngram"
+            )
+        return self
+
     @field_validator("graph_batch_sizes")
     @classmethod
     def _graph_sizes_ascending(cls, sizes: list[int]) -> list[int]:
@@ -191,7 +201,9 @@ class EngineConfig(BaseModel):
     speculative: SpeculativeConfig | None = Field(
         None,
         description="Speculative decoding (`configs.speculative_config`): `method: ngram` "
-        "(prompt lookup) with `num_speculative_tokens`, `prompt_lookup_min`/`_max`. Greedy "
+        "(prompt lookup, `prompt_lookup_min`/`_max`), `draft` (a smaller model, `model`) or "
+        "`mtp` (DeepSeek-V3's multi-token-prediction layer), with `num_speculative_tokens`. "
+        "`draft` and `mtp` run with tensor_parallel_size 1 and without LoRA. Greedy "
         "output is unchanged and sampled output keeps its distribution (rejection sampling); "
         "requests with a grammar (tool_choice, response_format) do not speculate. In graph mode a "
         "step's draft tokens count as decode rows toward its graph size. None: off.",

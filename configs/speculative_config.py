@@ -1,16 +1,25 @@
 """Speculative decoding settings (the `speculative` section of a model's `engine` settings).
 
-Only prompt lookup (`method: ngram`) exists: the draft tokens are what followed an earlier
-occurrence of the sequence's last n-gram in its own prompt and output, as vLLM's n-gram
-speculator proposes them. `draft` (a small draft model) and `mtp` (multi-token prediction
-heads) are names the issue reserves; they are refused until they are implemented.
+Three ways to propose draft tokens (`engine.spec_decode`):
+
+- `ngram`: prompt lookup, the tokens that followed an earlier occurrence of the sequence's last
+  n-gram in its own prompt and output (vLLM's `ngram`); no extra model.
+- `draft`: a smaller model with the same tokenizer (`model`), run by the same engine on its own
+  KV cache, proposes greedily.
+- `mtp`: DeepSeek-V3's multi-token-prediction layer from the target checkpoint
+  (`num_nextn_predict_layers`, the layer after the last decoder layer), fed the target's hidden
+  states, proposes greedily (vLLM's `deepseek_mtp`).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Literal
 
-NOT_IMPLEMENTED_METHODS = ("draft", "mtp")
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from configs.model_source import ModelSource
+
+SpeculativeMethod = Literal["ngram", "draft", "mtp"]
 
 
 class SpeculativeConfig(BaseModel):
@@ -18,16 +27,24 @@ class SpeculativeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: str = Field(
+    method: SpeculativeMethod = Field(
         description="How draft tokens are proposed. `ngram`: prompt lookup (the tokens that "
-        "followed the last earlier occurrence of the sequence's final n-gram, vLLM's "
-        "`ngram`). `draft` and `mtp` are not implemented yet and are refused."
+        "followed the earliest earlier occurrence of the sequence's final n-gram, vLLM's "
+        "`ngram`). `draft`: the greedy tokens of a smaller model with the same tokenizer "
+        "(`model`), on its own KV cache. `mtp`: the greedy tokens of the checkpoint's own "
+        "multi-token-prediction layer (DeepSeek-V3, `num_nextn_predict_layers` >= 1)."
     )
     num_speculative_tokens: int = Field(
         gt=0,
         le=16,
         description="Draft tokens proposed per step (k); one forward pass verifies k + 1 "
-        "positions of a speculating sequence.",
+        "positions of a speculating sequence. `mtp` applies its layer k times (vLLM's reuse "
+        "of the first MTP layer).",
+    )
+    model: ModelSource | None = Field(
+        None,
+        description="draft: the draft model's checkpoint (`path` or `package`, as a model's "
+        "`source`); its vocabulary must not be larger than the target's. Only with `draft`.",
     )
     prompt_lookup_min: int = Field(2, ge=1, description="ngram: shortest n-gram matched (tokens).")
     prompt_lookup_max: int = Field(
@@ -46,22 +63,18 @@ class SpeculativeConfig(BaseModel):
         "that keep being rejected. 0 never turns speculation off.",
     )
 
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, method: str) -> str:
-        if method in NOT_IMPLEMENTED_METHODS:
-            raise ValueError(
-                f"speculative method {method!r} is not implemented yet; use method: ngram"
-            )
-        if method != "ngram":
-            raise ValueError(f"unknown speculative method {method!r}; use method: ngram")
-        return method
-
     @model_validator(mode="after")
-    def _lookup_range(self) -> SpeculativeConfig:
+    def _consistent(self) -> SpeculativeConfig:
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(
                 f"prompt_lookup_min ({self.prompt_lookup_min}) must be <= prompt_lookup_max "
                 f"({self.prompt_lookup_max})"
+            )
+        if self.method == "draft" and self.model is None:
+            raise ValueError("speculative method 'draft' needs `model` (the draft checkpoint)")
+        if self.method != "draft" and self.model is not None:
+            raise ValueError(
+                f"speculative `model` is the draft checkpoint of method 'draft'; method "
+                f"{self.method!r} takes none"
             )
         return self

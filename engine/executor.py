@@ -140,6 +140,12 @@ class ModelShard:
         assert self.runner is not None, "execute before allocate_kv"
         return self.runner.execute(step)
 
+    def execute_hidden(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and every token's final hidden state (`ModelRunner.execute_hidden`); for
+        the MTP draft layer, which runs with tensor parallel size 1 only."""
+        assert self.runner is not None, "execute before allocate_kv"
+        return self.runner.execute_hidden(step)
+
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         """See `engine.lora.manager.LoraExecutor`."""
         assert self.lora is not None, "LoRA is off for this model"

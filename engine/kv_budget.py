@@ -45,6 +45,7 @@ def num_kv_blocks(
     spec: KVCacheSpec,
     max_model_len: int,
     profile: MemoryProfile | None,
+    draft: KVCacheSpec | None = None,
 ) -> int:
     """Blocks for this replica's KV cache (per rank), logged with the derivation.
 
@@ -53,6 +54,8 @@ def num_kv_blocks(
         spec: per-rank KV geometry.
         max_model_len: context length in tokens.
         profile: the measured profile on NPU/CUDA; None on CPU.
+        draft: the KV geometry of a speculative drafting model (`engine.spec_decode.build`),
+            which holds as many blocks as the target: its bytes per block count too.
 
     Raises:
         ValueError: the budget cannot hold one sequence of `max_model_len` tokens, or the
@@ -60,6 +63,8 @@ def num_kv_blocks(
             gives the figures and which setting to change).
     """
     per_block = spec.bytes_per_block(config.block_size)
+    if draft is not None:
+        per_block += draft.bytes_per_block(config.block_size)
     if config.num_kv_blocks is not None:
         blocks, source = config.num_kv_blocks, "num_kv_blocks (hand-set)"
     elif profile is None:
@@ -84,8 +89,8 @@ def num_kv_blocks(
         "KV cache: %s; %d bytes/token (%s), %d bytes/block (block_size=%d) -> %d blocks = %d "
         "tokens = %.2f sequences at max_model_len=%d",
         source,
-        spec.bytes_per_token(),
-        spec.describe(),
+        per_block // config.block_size,
+        spec.describe() + ("" if draft is None else f"; drafting model {draft.describe()}"),
         per_block,
         config.block_size,
         blocks,
@@ -97,6 +102,6 @@ def num_kv_blocks(
         raise ValueError(
             f"KV cache holds {tokens} tokens ({blocks} blocks of {config.block_size}; {source}), "
             f"fewer than one sequence of max_model_len={max_model_len}: give it at least "
-            f"{max_model_len * spec.bytes_per_token()} bytes or lower max_model_len"
+            f"{max_model_len * per_block // config.block_size} bytes or lower max_model_len"
         )
     return int(blocks)

@@ -21,14 +21,21 @@ from engine.executor import Executor, ExecutorDead, LocalExecutor
 from engine.kv_budget import num_kv_blocks
 from engine.kv_cache import KVCacheSpec
 from engine.lora.manager import LoraManager, LoraStats
-from engine.model_loader import CheckpointRef, eos_token_ids, load_config, load_model
+from engine.model_loader import (
+    CheckpointRef,
+    eos_token_ids,
+    load_config,
+    load_model,
+    weight_bytes,
+)
 from engine.outputs import ErrorKind, RequestOutput, TokenLogprob
 from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.spec_decode.build import build_speculator, load_drafter
 from engine.spec_decode.rejection import verify
-from engine.spec_decode.speculator import NgramSpeculator, SpecDecodeStats
+from engine.spec_decode.speculator import SpecDecodeStats, Speculator, StepView
 from engine.step_input import StepInput
 from npu_ops.platform import DeviceKind, Platform, current_platform
 
@@ -72,7 +79,9 @@ class LLMEngine:
 
     Raises:
         ValueError: the checkpoint cannot be found or loaded, the KV budget is too small
-            for one sequence of `max_model_len` tokens, or a start-up LoRA adapter is refused.
+            for one sequence of `max_model_len` tokens, a start-up LoRA adapter is refused, or
+            the speculative drafting model (`draft`, `mtp`) cannot be loaded or is asked for
+            with tensor parallel.
         RuntimeError: the ranks' devices could not be had in time.
     """
 
@@ -110,6 +119,13 @@ class LLMEngine:
                 config.compile_cache_dir,
             )
         self.executor: Executor
+        spec_method = config.speculative.method if config.speculative is not None else "ngram"
+        if spec_method != "ngram" and tensor_parallel_size != 1:
+            raise ValueError(
+                f"speculative method {spec_method!r} runs with tensor_parallel_size 1 only "
+                "(its drafting model runs in the engine's process); use method: ngram"
+            )
+        drafter = None
         if tensor_parallel_size == 1:
             model = load_model(
                 ref,
@@ -119,7 +135,12 @@ class LLMEngine:
                 config.output_quantization,
                 config.batch_invariant,
                 activation_quantization=config.activation_quantization,
+                mtp=spec_method == "mtp",
             )
+            if config.speculative is not None:
+                drafter = load_drafter(
+                    config.speculative, model, self.hf_config, self.dtype, self.device
+                )
             self.executor = LocalExecutor(
                 model, spec, config.block_size, self.device, graphs, lora=config.lora is not None
             )
@@ -151,7 +172,12 @@ class LLMEngine:
             profile = None
             if platform.kind is not DeviceKind.CPU and config.num_kv_blocks is None:
                 profile = self.executor.profile(config.max_num_batched_tokens)
-            num_blocks = num_kv_blocks(config, spec, self.max_model_len, profile)
+            if profile is not None and drafter is not None:
+                extra = weight_bytes(drafter.model) if not drafter.mtp else 0  # MTP: in model
+                profile = replace(profile, weights=profile.weights + extra)
+            num_blocks = num_kv_blocks(
+                config, spec, self.max_model_len, profile, drafter.spec if drafter else None
+            )
             self.executor.allocate_kv(num_blocks)
             if graphs is not None:
                 self._capture(graphs)
@@ -167,9 +193,11 @@ class LLMEngine:
             config.max_num_batched_tokens,
             config.lora.max_loras if config.lora is not None else None,
         )
-        self.speculator = None
+        self.speculator: Speculator | None = None
         if config.speculative is not None:
-            self.speculator = NgramSpeculator(config.speculative, self.max_model_len)
+            self.speculator = build_speculator(
+                config.speculative, self.max_model_len, self.block_manager, drafter, self.device
+            )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
 
@@ -356,7 +384,12 @@ class LLMEngine:
         rows, prompt_spans = self._rows(batch)
         step = StepInput.from_schedule(batch, rows)
         self._set_threads(len(step.token_ids))
-        logits = self.executor.execute(step)
+        hidden = None
+        if self.speculator is not None and self.speculator.needs_hidden:
+            assert isinstance(self.executor, LocalExecutor), "checked at start-up"
+            logits, hidden = self.executor.execute_hidden(step)
+        else:
+            logits = self.executor.execute(step)
         n_prompt_rows = sum(n for _, _, n in prompt_spans)
         for s, first, n in prompt_spans:
             seq = s.seq
@@ -371,6 +404,7 @@ class LLMEngine:
                 s.seq.num_computed_tokens += s.num_new_tokens
                 self.block_manager.commit(s.seq)
         if not sampling:
+            self._propose(step, batch, hidden, [])
             return []
         logits = logits[n_prompt_rows:]
         # sampling rows: one per plain sequence, k + 1 per sequence verifying k draft tokens
@@ -399,9 +433,24 @@ class LLMEngine:
                     self._append(s.seq, [result.token_ids[i]], None if lp is None else [lp])
                 )
                 i += 1
-            if self.speculator is not None and s.seq.request_id in self._seqs:
-                self.speculator.propose(s.seq)
+        self._propose(step, batch, hidden, [s.seq for s in sampling])
         return outs
+
+    def _propose(
+        self,
+        step: StepInput,
+        batch: SchedulerOutput,
+        hidden: torch.Tensor | None,
+        sampled: list[Sequence],
+    ) -> None:
+        """Let the speculator follow the step and draft for the `sampled` sequences that go
+        on."""
+        if self.speculator is None:
+            return
+        seqs = [s.seq for s in batch.scheduled]
+        alive = {id(seq) for seq in sampled if seq.request_id in self._seqs}
+        going = [i for i, seq in enumerate(seqs) if id(seq) in alive]
+        self.speculator.after_step(StepView(step, seqs, hidden), going)
 
     def _verify(self, s: ScheduledSeq, logits: torch.Tensor) -> RequestOutput:
         """Keep the part of `s`'s draft the target agrees with (`engine.spec_decode.rejection`)

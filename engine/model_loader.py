@@ -31,6 +31,7 @@ from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
+from engine.spec_decode.mtp_model import load_mtp
 from npu_ops.cpu_kernels import INT4_INT8_GEMM, INT8_INT8_GEMM, Kernel, load, unavailable
 
 logger = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ def load_model(
     batch_invariant: bool = True,
     fused_layers: bool = True,
     activation_quantization: str = "none",
+    mtp: bool = False,
 ) -> torch.nn.Module:
     """Instantiate the HF causal-LM class for the checkpoint with paged attention.
 
@@ -193,7 +195,9 @@ def load_model(
     (`engine.quantization.int8_head`). `batch_invariant` and `activation_quantization` are
     `EngineConfig`'s (int8 activations for the int4 linears where `int4_int8_gemm` runs here).
     `fused_layers` swaps the HF norm, MLP and attention modules for ours
-    (`engine.fused_layers`); tensor-parallel ranks pass False and swap after sharding.
+    (`engine.fused_layers`); tensor-parallel ranks pass False and swap after sharding. With
+    `mtp` the checkpoint's multi-token-prediction layer is loaded too, as `model.mtp`
+    (`engine.spec_decode.mtp_model.load_mtp`), and gets the fused layers with the model.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
@@ -201,7 +205,8 @@ def load_model(
 
     Raises:
         ValueError: one line naming the file or tensor: a missing shard, a tensor missing or of
-            the wrong shape, or a file transformers cannot read.
+            the wrong shape, or a file transformers cannot read; with `mtp`, a checkpoint
+            without an MTP layer.
     """
     _check_shards(ref)
     exact_first = weight_quantization == "int4" or output_quantization == "int8"
@@ -222,6 +227,8 @@ def load_model(
         raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
+    if mtp:
+        model.mtp = load_mtp(model)
     apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
     if fused_layers:
         use_fused_layers(model)  # before int4: merged projections are quantised as one layer

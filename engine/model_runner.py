@@ -138,10 +138,31 @@ class ModelRunner:
         Returns:
             `[len(step.rows), vocab_size]` float32 logits on the model's device.
         """
-        size = None if self.graphs is None else self.graphs.bucket(step)
+        return self.execute_hidden(step)[0]
+
+    def execute_hidden(
+        self, step: StepInput, previous_hidden_states: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`execute`, also returning the final hidden state of every token of the step.
+
+        Args:
+            previous_hidden_states: `[T, hidden]` per token, passed to the decoder as
+                `previous_hidden_states` (the MTP draft layer's input,
+                `engine.spec_decode.mtp_model`); such steps run eager.
+
+        Returns:
+            `[len(step.rows), vocab_size]` float32 logits and `[T, hidden]` hidden states
+            (after the final norm, the model's dtype), T = `len(step.token_ids)`.
+        """
+        size = None
+        if self.graphs is not None and previous_hidden_states is None:
+            size = self.graphs.bucket(step)
         if size is None:
-            return self._forward(step, graph=False)
-        return self._forward(pad_decode_step(step, size, self.pad_block), graph=True)
+            return self._forward(step, graph=False, previous=previous_hidden_states)
+        logits, hidden = self._forward(
+            pad_decode_step(step, size, self.pad_block), graph=True, previous=None
+        )
+        return logits, hidden[: len(step.token_ids)]
 
     def capture(self, size: int) -> None:
         """Compile (or load from the compile cache) the decode graph of `size` rows.
@@ -156,11 +177,13 @@ class ModelRunner:
             raise ValueError(f"no decode graph of size {size} is configured")
         empty = StepInput([], [], [], [], [], [])
         padding = pad_decode_step(empty, size, self.pad_block)
-        self._forward(padding, graph=False)
-        self._forward(padding, graph=True)
+        self._forward(padding, graph=False, previous=None)
+        self._forward(padding, graph=True, previous=None)
 
     @torch.inference_mode()
-    def _forward(self, step: StepInput, graph: bool) -> torch.Tensor:
+    def _forward(
+        self, step: StepInput, graph: bool, previous: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if graph:
             assert self.graphs is not None and self.graph_decoder is not None
             decoder, width = self.graph_decoder, self.graphs.max_blocks_per_seq
@@ -168,9 +191,13 @@ class ModelRunner:
             decoder, width = self.decoder, None
         q_pos, ctx = self._metadata(step, width)
         input_ids = torch.tensor(step.token_ids, device=self.device)[None]
+        extra = {} if previous is None else {"previous_hidden_states": previous}
         with forward_context(ctx):
             hidden = decoder(
-                input_ids=input_ids, position_ids=q_pos.to(self.device)[None], use_cache=False
-            ).last_hidden_state
+                input_ids=input_ids,
+                position_ids=q_pos.to(self.device)[None],
+                use_cache=False,
+                **extra,
+            ).last_hidden_state[0]
         rows = torch.tensor(step.rows, dtype=torch.long, device=self.device)
-        return self.lm_head(hidden[0, rows]).float()
+        return self.lm_head(hidden[rows]).float(), hidden

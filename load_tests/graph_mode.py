@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.model_runner import ModelRunner
 from engine.sampling_params import SamplingParams

@@ -19,7 +19,7 @@ import statistics
 from typing import Any
 
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from load_tests.workload import WorkloadSpec, build_prompts, default_tokenizer

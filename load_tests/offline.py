@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from load_tests.hf_cb import run_transformers_cb
 from load_tests.offline_engine import run_engine
 from load_tests.offline_result import OfflineResult

@@ -66,6 +66,14 @@ def levels_table(label: str, levels: Sequence[dict[str, Any]]) -> str:
         if lv.get("server_after"):
             after = ", ".join(f"{k} {v:g}" for k, v in sorted(lv["server_after"].items()))
             rows.append(f"      server after the level: {after}")
+        spec = lv.get("spec_decode")
+        if spec:
+            rate, length = spec["acceptance_rate"], spec["mean_acceptance_length"]
+            rows.append(
+                f"      speculation: acceptance {_fmt(rate, 3)} ({spec['accepted_tokens']:g}/"
+                f"{spec['draft_tokens']:g} draft tokens), mean acceptance length "
+                f"{_fmt(length, 2)}"
+            )
         if lv["error_samples"]:
             rows.append(f"      errors: {lv['error_samples']}")
     return "\n".join(rows)

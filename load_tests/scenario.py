@@ -17,6 +17,7 @@ from load_tests.client import Target
 from load_tests.level_result import LevelResult
 from load_tests.results import new_document
 from load_tests.runner import RunOptions, run_level, run_prefix_level, warmup
+from load_tests.text_prompts import TEXT_WORKLOADS
 from load_tests.workload import (
     Prompt,
     WorkloadSpec,
@@ -156,6 +157,13 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     g.add_argument(
+        "--text-workload",
+        choices=TEXT_WORKLOADS,
+        default=None,
+        help="natural-text prompts (load_tests.text_prompts; use --endpoint chat) instead of "
+        "random tokens; --input-len is then ignored",
+    )
+    g.add_argument(
         "--level-timeout",
         type=float,
         default=600.0,
@@ -186,7 +194,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         kind, concurrencies, num_requests = "burst", (args.burst,), args.burst
     elif args.shared_prefix_tokens:
         kind = "shared_prefix"
-    spec = workload_spec_from_args(args, num_requests, args.shared_prefix_tokens)
+    spec = workload_spec_from_args(
+        args, num_requests, args.shared_prefix_tokens, args.text_workload
+    )
     opts = RunOptions(
         endpoint=args.endpoint,
         level_timeout_s=args.level_timeout,

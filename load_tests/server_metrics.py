@@ -4,6 +4,9 @@ Read from the Prometheus text at `<root>/metrics` (the router serves every model
 `vllm:*` metrics there, one series per replica), parsed with `prometheus_client`'s text parser.
 Counts are summed over a model's replicas and KV usage is the fullest replica's. A level that
 loses nothing leaves no request running and (prefix-cached blocks being free) 0 % KV usage.
+
+With speculative decoding the counters of drafts, draft tokens and accepted tokens come along
+too; `spec_decode_delta` turns two snapshots into a level's acceptance rate.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ _WANTED = {
     "vllm:num_requests_running": "num_requests_running",
     "vllm:num_requests_waiting": "num_requests_waiting",
     "vllm:num_preemptions_total": "num_preemptions_total",
+    "vllm:spec_decode_num_drafts_total": "spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "spec_decode_num_accepted_tokens",
 }
 """Sample names (not family names, which the parser derives differently per exposition)."""
 _FULLEST = {"kv_cache_usage_perc"}
@@ -53,6 +59,37 @@ async def snapshot(client: httpx.AsyncClient, base_url: str, model: str) -> dict
             combine = max if key in _FULLEST else sum
             found[key] = sample.value if seen is None else combine((seen, sample.value))
     return found or None
+
+
+_SPEC_COUNTS = {
+    "drafts": "spec_decode_num_drafts",
+    "draft_tokens": "spec_decode_num_draft_tokens",
+    "accepted_tokens": "spec_decode_num_accepted_tokens",
+}
+
+
+def spec_decode_figures(counts: dict[str, float]) -> dict[str, float | None]:
+    """`counts` (drafts, draft_tokens, accepted_tokens) plus the acceptance rate (accepted /
+    proposed draft tokens) and mean acceptance length (1 + accepted / drafts)."""
+    drafts, proposed, accepted = (counts[k] for k in _SPEC_COUNTS)
+    return {
+        **counts,
+        "acceptance_rate": accepted / proposed if proposed else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+    }
+
+
+def spec_decode_delta(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float | None] | None:
+    """The speculation between two snapshots (`before` None: since start-up), or None when the
+    server reports no speculation counters (speculation off, or not our server)."""
+    if not after or _SPEC_COUNTS["draft_tokens"] not in after:
+        return None
+    base = before or {}
+    return spec_decode_figures(
+        {k: after.get(name, 0.0) - base.get(name, 0.0) for k, name in _SPEC_COUNTS.items()}
+    )
 
 
 async def settled_snapshot(

@@ -14,6 +14,9 @@ workloads:
 - `free`: an open question whose answer the prompt does not contain (few n-gram matches; the
   speculator must cost nothing there).
 
+(Both from `load_tests.text_prompts`, which the `copy-heavy` / `free-gen` presets of
+`load_tests.compare` share.)
+
 Each request's TPOT is (last token time - first token time) / (tokens - 1), the times being the
 ends of the engine steps that gave them (vLLM's definition). Per workload, the modes alternate
 for `--repeats` requests each (after one warm-up request per engine), and the medians are
@@ -43,35 +46,15 @@ from typing import Any
 import torch
 
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from load_tests.report import ratio
 from load_tests.results import RESULTS_DIR, new_document, result_path
 from load_tests.serving_engine import SERVING_FIELDS
+from load_tests.text_prompts import COPY_MESSAGE, free_message
 
-COPY_TEXT = (
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a small "
-    "brass lamp and a notebook bound in faded green cloth. In the notebook he recorded the "
-    "direction of the wind, the height of the waves, the names of the ships that passed, and "
-    "anything else that caught his attention: a flock of gulls circling the rocks, a fishing "
-    "boat that returned too late, the smell of rain long before the first drop fell. He had "
-    "kept these records for thirty-one years, and the shelves of his narrow kitchen were lined "
-    "with notebooks of the same green cloth, each one labelled with the year in careful black "
-    "ink. Visitors from the village sometimes asked him why he bothered, since the harbour "
-    "office kept its own logs and the weather service published forecasts twice a day. He "
-    "would smile and answer that the sea never repeats itself exactly, and that somebody ought "
-    "to notice the small differences. On stormy nights he stayed awake until morning, watching "
-    "the beam sweep across the black water, counting the seconds between the flashes and the "
-    "thunder. When the storm finally passed, he would write a single line at the bottom of "
-    "the page: the light stayed on, and everyone came home."
-)
-"""About 250 words of plain prose (~280 tokens with SmolLM2's tokenizer)."""
-
-WORKLOADS = {
-    "copy": COPY_TEXT + "\n\nRepeat the text above exactly.",
-    "free": "Write a long story about a girl who builds a robot, in five paragraphs.",
-}
+WORKLOADS = {"copy": COPY_MESSAGE, "free": free_message()}
 """Workload name -> the user message (chat-templated with the model's template)."""
 
 

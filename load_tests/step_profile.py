@@ -45,7 +45,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import engine.llm_engine as llm_engine_module
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.model_runner import ModelRunner
 from engine.sampling_params import SamplingParams

@@ -20,7 +20,7 @@ import time
 import torch
 
 from configs.engine_config import EngineConfig
-from configs.model_config import ModelSource
+from configs.model_source import ModelSource
 from deployments.protocol.tools import ToolChoice, ToolDefinition
 from deployments.structured_output import GrammarFactory, tool_choice_schema
 from deployments.tokenizer import load_tokenizer

