@@ -43,7 +43,6 @@ def on_off_document(source: Path, model_id: str, port: int | None = None) -> dic
         raise ValueError(f"{source}: no model {model_id!r} with `engine.speculative`")
     off = copy.deepcopy(model)
     off["model_id"] = model_id + SUFFIX
-    off.pop("tool_parser", None)  # not needed to answer plain chat
     del off["engine"]["speculative"]
     models.append(off)
     if port is not None:
