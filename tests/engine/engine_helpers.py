@@ -68,3 +68,46 @@ def q8_activations(x: torch.Tensor) -> torch.Tensor:
     d = blocks.abs().amax(-1, keepdim=True) / 127
     q = torch.round(blocks / torch.where(d > 0, d, torch.ones_like(d))).clamp(-127, 127)
     return (q * d).view_as(x)
+
+
+class AnyToken:
+    """A grammar constraint that allows every token (a request under it must not speculate)."""
+
+    def mask_logits(self, logits: torch.Tensor) -> None: ...
+
+    def accept(self, token_id: int) -> None: ...
+
+    def is_terminated(self) -> bool:
+        return False
+
+
+def chat(tokenizer: Any, text: str) -> list[int]:
+    """One user turn through the tokenizer's chat template, with the generation prompt."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
+
+
+def assert_blocks_free(engine: LLMEngine) -> None:
+    """Every KV block is back in the pool (no request left any behind)."""
+    bm = engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks, "blocks left after the requests ended"
+
+
+def run_staggered(
+    engine: LLMEngine, requests: list[tuple[str, list[int], SamplingParams]], join_every: int
+) -> dict[str, list[int]]:
+    """Add the requests `join_every` steps apart, run until idle; tokens per request id. No
+    request may end in an error, and every block must be free at the end."""
+    out: dict[str, list[int]] = {}
+    for rid, prompt, params in requests:
+        engine.add_request(rid, prompt, params)
+        for _ in range(join_every):
+            for o in engine.step():
+                out.setdefault(o.request_id, []).extend(o.new_token_ids)
+    while engine.has_unfinished():
+        for o in engine.step():
+            assert o.finish_reason != "error", o.error
+            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+    assert_blocks_free(engine)
+    return out

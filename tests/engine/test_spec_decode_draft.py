@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import greedy
+from engine_helpers import AnyToken, chat, greedy, run_staggered
 from pydantic import ValidationError
 
 from configs.engine_config import EngineConfig
@@ -26,40 +26,6 @@ TEXT = (
     "brass lamp and a notebook bound in faded green cloth. He wrote down the wind, the waves "
     "and the names of the ships that passed."
 )
-
-
-class AnyToken:
-    """A grammar constraint that allows every token (the request must not speculate)."""
-
-    def mask_logits(self, logits: object) -> None: ...
-
-    def accept(self, token_id: int) -> None: ...
-
-    def is_terminated(self) -> bool:
-        return False
-
-
-def chat(tokenizer: Any, text: str) -> list[int]:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-    )["input_ids"]
-
-
-def run(engine: LLMEngine, requests: list[tuple[str, list[int], Any]]) -> dict[str, list[int]]:
-    """Greedy tokens per request; the second request joins after two steps."""
-    out: dict[str, list[int]] = {}
-    for i, (rid, prompt, params) in enumerate(requests):
-        engine.add_request(rid, prompt, params)
-        for _ in range(2 if i == 0 else 0):
-            for o in engine.step():
-                out.setdefault(o.request_id, []).extend(o.new_token_ids)
-    while engine.has_unfinished():
-        for o in engine.step():
-            assert o.finish_reason != "error", o.error
-            out.setdefault(o.request_id, []).extend(o.new_token_ids)
-    bm = engine.block_manager
-    assert bm.num_free_blocks == bm.num_blocks, "blocks left after the requests ended"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +50,7 @@ def reference(
     make_engine: Callable[..., LLMEngine], requests: list[tuple[str, list[int], Any]]
 ) -> Iterator[dict[str, list[int]]]:
     engine = make_engine(max_num_batched_tokens=32)
-    yield run(engine, requests)
+    yield run_staggered(engine, requests, join_every=2)
     engine.shutdown()
 
 
@@ -104,7 +70,7 @@ def test_random_draft_leaves_greedy_output_unchanged(
     reference: dict[str, list[int]],
 ) -> None:
     engine = make_engine(max_num_batched_tokens=32, speculative=draft_settings(random_draft))
-    got = run(engine, requests)
+    got = run_staggered(engine, requests, join_every=2)
     assert got == reference
     stats = engine.stats().spec
     assert stats is not None and stats.num_drafts > 20
@@ -126,7 +92,7 @@ def test_smollm2_as_its_own_draft_is_accepted_through_preemption(
         num_kv_blocks=10,
         speculative=draft_settings(smollm2_path),
     )
-    got = run(engine, requests)
+    got = run_staggered(engine, requests, join_every=2)
     assert got == reference
     assert engine.stats().num_preemptions > 0
     stats = engine.stats().spec

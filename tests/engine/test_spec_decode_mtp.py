@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from engine_helpers import greedy
+from engine_helpers import AnyToken, assert_blocks_free, greedy, run_staggered
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
@@ -32,17 +32,6 @@ ENGINE = {
     "max_num_batched_tokens": 16,  # prompts of more than 16 tokens are prefilled in chunks
 }
 MTP = {"method": "mtp", "num_speculative_tokens": K, "min_acceptance_rate": 0.0}
-
-
-class AnyToken:
-    """A grammar constraint that allows every token (the request must not speculate)."""
-
-    def mask_logits(self, logits: object) -> None: ...
-
-    def accept(self, token_id: int) -> None: ...
-
-    def is_terminated(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -119,23 +108,7 @@ def test_mtp_drafts_equal_transformers_at_every_step(checkpoint: Path, hf: tuple
                 break
         checked += 1
     assert checked >= 10
-    bm = engine.block_manager
-    assert bm.num_free_blocks == bm.num_blocks
-
-
-def run(engine: LLMEngine, requests: list[tuple[str, list[int], SamplingParams]]) -> dict:
-    out: dict[str, list[int]] = {}
-    for rid, prompt, params in requests:
-        engine.add_request(rid, prompt, params)
-        for o in engine.step():  # each request joins one step after the last
-            out.setdefault(o.request_id, []).extend(o.new_token_ids)
-    while engine.has_unfinished():
-        for o in engine.step():
-            assert o.finish_reason != "error", o.error
-            out.setdefault(o.request_id, []).extend(o.new_token_ids)
-    bm = engine.block_manager
-    assert bm.num_free_blocks == bm.num_blocks
-    return out
+    assert_blocks_free(engine)
 
 
 def test_mtp_leaves_greedy_output_unchanged(checkpoint: Path) -> None:
@@ -148,7 +121,8 @@ def test_mtp_leaves_greedy_output_unchanged(checkpoint: Path) -> None:
     ]
     off = LLMEngine(str(checkpoint), EngineConfig(**ENGINE))
     on = LLMEngine(str(checkpoint), EngineConfig(**ENGINE, speculative=MTP))
-    ref, got = run(off, requests), run(on, requests)
+    ref = run_staggered(off, requests, join_every=1)
+    got = run_staggered(on, requests, join_every=1)
     assert got == ref
     assert [len(got[r]) for r, _, _ in requests] == [30, 29, 12, 17]
     assert on.block_manager.stats.hits > 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from engine_helpers import assert_same_until_tie, greedy, hf_greedy, step
+from engine_helpers import AnyToken, assert_same_until_tie, chat, greedy, hf_greedy, step
 from prometheus_client.parser import text_string_to_metric_families
 from transformers import AutoModelForCausalLM
 
@@ -36,23 +36,6 @@ COPY_TEXT = (
 )
 K = 4
 NGRAM = {"method": "ngram", "num_speculative_tokens": K}
-
-
-class AnyToken:
-    """A grammar constraint that allows every token (the request must not speculate)."""
-
-    def mask_logits(self, logits: torch.Tensor) -> None: ...
-
-    def accept(self, token_id: int) -> None: ...
-
-    def is_terminated(self) -> bool:
-        return False
-
-
-def chat(tokenizer: Any, text: str) -> list[int]:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-    )["input_ids"]
 
 
 @pytest.fixture(scope="module")
