@@ -119,8 +119,8 @@ class LLMEngine:
                 config.compile_cache_dir,
             )
         self.executor: Executor
-        spec_method = config.speculative.method if config.speculative is not None else "ngram"
-        if spec_method != "ngram" and tensor_parallel_size != 1:
+        spec_method = config.speculative.method if config.speculative is not None else None
+        if spec_method in ("draft", "mtp") and tensor_parallel_size != 1:
             raise ValueError(
                 f"speculative method {spec_method!r} runs with tensor_parallel_size 1 only "
                 "(its drafting model runs in the engine's process); use method: ngram"
@@ -404,7 +404,7 @@ class LLMEngine:
                 s.seq.num_computed_tokens += s.num_new_tokens
                 self.block_manager.commit(s.seq)
         if not sampling:
-            self._propose(step, batch, hidden, [])
+            self._propose(step, batch, hidden)
             return []
         logits = logits[n_prompt_rows:]
         # sampling rows: one per plain sequence, k + 1 per sequence verifying k draft tokens
@@ -433,23 +433,20 @@ class LLMEngine:
                     self._append(s.seq, [result.token_ids[i]], None if lp is None else [lp])
                 )
                 i += 1
-        self._propose(step, batch, hidden, [s.seq for s in sampling])
+        self._propose(step, batch, hidden)
         return outs
 
     def _propose(
-        self,
-        step: StepInput,
-        batch: SchedulerOutput,
-        hidden: torch.Tensor | None,
-        sampled: list[Sequence],
+        self, step: StepInput, batch: SchedulerOutput, hidden: torch.Tensor | None
     ) -> None:
-        """Let the speculator follow the step and draft for the `sampled` sequences that go
-        on."""
+        """Let the speculator follow the step and draft for the sequences that sampled in it
+        and go on."""
         if self.speculator is None:
             return
+        going = [
+            i for i, s in enumerate(batch.scheduled) if s.sample and s.seq.request_id in self._seqs
+        ]
         seqs = [s.seq for s in batch.scheduled]
-        alive = {id(seq) for seq in sampled if seq.request_id in self._seqs}
-        going = [i for i, seq in enumerate(seqs) if id(seq) in alive]
         self.speculator.after_step(StepView(step, seqs, hidden), going)
 
     def _verify(self, s: ScheduledSeq, logits: torch.Tensor) -> RequestOutput:

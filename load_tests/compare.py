@@ -31,19 +31,20 @@ logs the exact command to pass as `--peer-command`):
     python -m load_tests.compare \
         --a http://127.0.0.1:8000/v1,smollm2-long,ours-spec \
         --b http://127.0.0.1:8090/v1,smollm2,llama.cpp \
-        --presets copy-heavy --rounds 3 --concurrency 1 --num-requests 16 \
+        --presets copy-heavy --rounds 3 --concurrency 1 --num-requests 8 \
         --peer-binary $LLAMA --peer-command "<the 'starting ...' command llama_server logged>"
 
 (b) free-generation concurrency-1 TPOT, speculation on vs off (target: TPOT ratio <= 1.05) and
 (c) concurrency-16 decode-heavy throughput, on vs off (target: tok/s ratio >= 0.95), against one
     server that serves the model twice, with and without `speculative` (one Ray cluster, same
-    router; `python -m load_tests.spec_on_off_config` writes it):
+    router; `python -m load_tests.spec_on_off_config` writes it). Side A runs first in every
+    round and came out slower on this host whichever side it was, so swap the sides to check:
     python -m load_tests.spec_on_off_config --out /tmp/spec-on-off.yaml
     serve run /tmp/spec-on-off.yaml
     python -m load_tests.compare \
-        --a http://127.0.0.1:8000/v1,smollm2-long,spec-on \
-        --b http://127.0.0.1:8000/v1,smollm2-long-nospec,spec-off \
-        --presets free-gen --rounds 3 --concurrency 1 --num-requests 16
+        --a http://127.0.0.1:8000/v1,smollm2-long-nospec,spec-off \
+        --b http://127.0.0.1:8000/v1,smollm2-long,spec-on \
+        --presets free-gen --rounds 5 --concurrency 1 --num-requests 8
     python -m load_tests.compare \
         --a http://127.0.0.1:8000/v1,smollm2-long,spec-on \
         --b http://127.0.0.1:8000/v1,smollm2-long-nospec,spec-off \

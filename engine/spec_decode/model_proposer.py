@@ -89,7 +89,6 @@ class ModelProposer:
             for j, token in zip(going, logits.argmax(dim=-1).tolist()):
                 drafting[j].tokens.append(token)
                 drafting[j].next_position += 1
-            last_rows = last_rows.clone()
             last_rows[going] = out
         return {d.index: d.tokens for d in drafting}
 
