@@ -5,6 +5,7 @@ chunks it streamed) and see what the server makes of it::
 
     ascend-router parse-tools --parser hermes --tools tools.json < raw.txt
     ascend-router parse-tools --parser qwen3_coder --stream-chunks < chunks.json
+    ascend-router parse-tools --family deepseek_v4 --prompt-suffix '<think>' < raw.txt
     ascend-router parse-tools --list
 
 Prints one JSON object `{"content", "reasoning_content", "tool_calls": [{"name", "arguments"}],
@@ -25,7 +26,7 @@ from deployments.protocol.tools import parse_tool_choice
 from deployments.tool_output import ToolOutput
 from deployments.toolcalls.assemble import accumulate, assemble, parse_text
 from deployments.toolcalls.choice import finalize, parser_for_choice
-from deployments.toolcalls.registry import PARSERS
+from deployments.toolcalls.registry import DEFAULT_PARSER_BY_FAMILY, PARSERS, default_parser
 
 
 class UsageError(Exception):
@@ -41,6 +42,11 @@ def register(subparsers: Any) -> None:
         "the resulting message as JSON.",
     )
     parser.add_argument("--parser", help=f"parser name, one of: {', '.join(PARSERS)}")
+    parser.add_argument(
+        "--family",
+        help="model family (as in a model config's `family`); its default parser is used: "
+        + ", ".join(f"{f} -> {p}" for f, p in DEFAULT_PARSER_BY_FAMILY.items()),
+    )
     parser.add_argument("--tools", metavar="FILE", help="JSON file: array of OpenAI tool objects")
     parser.add_argument(
         "--tool-choice",
@@ -89,15 +95,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse(args: argparse.Namespace) -> dict[str, Any]:
+def _parser_name(args: argparse.Namespace) -> str:
+    """The parser named by `--parser`, or the default of the `--family` given."""
+    if args.parser and args.family:
+        raise UsageError("give --parser or --family, not both")
+    if args.family:
+        try:
+            return default_parser(args.family)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if not args.parser:
-        raise UsageError("--parser is required (see --list)")
+        raise UsageError("--parser or --family is required (see --list)")
     if args.parser not in PARSERS:
         raise UsageError(f"unknown parser {args.parser!r}; known parsers: {', '.join(PARSERS)}")
+    return str(args.parser)
+
+
+def _parse(args: argparse.Namespace) -> dict[str, Any]:
+    name = _parser_name(args)
     tools = _load_tools(args.tools) if args.tools else None
     try:
         choice = parse_tool_choice(_tool_choice(args.tool_choice), tools)
-        parser = parser_for_choice(choice, args.parser, tools, args.prompt_suffix, args.constrained)
+        parser = parser_for_choice(choice, name, tools, args.prompt_suffix, args.constrained)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     text = _read_stdin()

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.chat_template import ChatTemplate
+from deployments.chat_template import ChatTemplate, PromptOptions
 from deployments.choices import (
     ChoiceDelta,
     admit,
@@ -34,11 +34,17 @@ from deployments.protocol.responses import (
     Usage,
 )
 from deployments.protocol.tools import response_format_schema
-from deployments.structured_output import GrammarFactory, tool_choice_schema
+from deployments.structured_output import (
+    GrammarFactory,
+    native_tool_choice_tag,
+    tool_choice_schema,
+)
 from deployments.tool_history import normalize_history
 from deployments.tool_output import ToolOutput, ToolSetup
 from deployments.toolcalls.assemble import accumulate
+from deployments.toolcalls.think import prompt_opens_reasoning
 from engine.async_engine import AsyncEngine
+from engine.constraints import TokenConstraint
 from engine.sampling_params import SamplingParams
 
 
@@ -61,6 +67,21 @@ class ChatSettings:
 def _tool_outputs(setup: ToolSetup | None, n: int) -> list[ToolOutput | None]:
     """One tool-call output processor per choice (None each when the request has no tools)."""
     return [setup.output() if setup else None for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A chat request's prompt.
+
+    Attributes:
+        text: the rendered prompt text.
+        prompt: its token ids, as the engine prefills them.
+        report: what gateway preprocessing (truncation) did, or None.
+    """
+
+    text: str
+    prompt: list[int]
+    report: PreprocessReport | None
 
 
 @dataclass(frozen=True)
@@ -104,16 +125,14 @@ class ChatHandler:
         self.grammars = grammars
         self.settings = settings
 
-    def _prepare(
-        self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
-    ) -> _Prepared:
-        """Template, tokens (truncated if `plan` says so), grammar and sampling parameters, under
-        LoRA adapter `lora` (None: the base model) (CPU work, off the event loop).
+    def render(self, request: ChatCompletionRequest, plan: PreprocessPlan | None) -> Rendered:
+        """The request's prompt: text and token ids as the engine prefills them (truncated if
+        `plan` says so); also what `POST /tokenize` returns. CPU work, off the event loop.
 
         Raises:
-            OpenAIError: 400 for what this model cannot serve: tools without a `tool_parser`
-                (`ModelDeploymentConfig.supports_tools`; the router never sends them here),
-                the template, the context, the schema.
+            OpenAIError: 400 for tools without a `tool_parser` (the router never sends them
+                here), a history the template or encoder rejects, or bad
+                `chat_template_kwargs`.
         """
         tool_dicts = request.tool_dicts()
         if tool_dicts and self.settings.tool_parser is None:
@@ -127,36 +146,75 @@ class ChatHandler:
         messages = normalize_history(request.messages, self.settings.strict_tool_history)
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
+        options = PromptOptions(
+            request.chat_template_kwargs or {},
+            request.reasoning_effort,
+            response_format_schema(request.response_format),
+        )
 
         def encode(kept: list[dict[str, Any]]) -> tuple[str, list[int]]:
-            text = self.template.render(kept, tools)
+            text = self.template.render(kept, tools, options)
             return text, encode_text(self.tokenizer, text, "messages")
 
-        report = None
         if plan is None:
             text, prompt = encode(messages)
-        else:
-            text, prompt, report = run_plan(
-                plan,
-                messages,
-                encode,
-                lambda t: len(encode_text(self.tokenizer, t, "messages")),
-                self.engine.max_model_len,
-                request.output_limit(),
+            return Rendered(text, prompt, None)
+        text, prompt, report = run_plan(
+            plan,
+            messages,
+            encode,
+            lambda t: len(encode_text(self.tokenizer, t, "messages")),
+            self.engine.max_model_len,
+            request.output_limit(),
+        )
+        return Rendered(text, prompt, report)
+
+    def _prepare(
+        self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
+    ) -> _Prepared:
+        """Prompt, grammar and sampling parameters, under LoRA adapter `lora` (None: the base
+        model) (CPU work, off the event loop).
+
+        Raises:
+            OpenAIError: 400 for what this model cannot serve (see `render`), the context, the
+                schema.
+        """
+        rendered = self.render(request, plan)
+        prompt, report = rendered.prompt, rendered.report
+        tool_dicts = request.tool_dicts()
+        choice = request.resolved_tool_choice()
+        suffix = rendered.text[-64:]
+        native = None
+        if tool_dicts:
+            assert self.settings.tool_parser is not None, "checked above"
+            native = native_tool_choice_tag(
+                self.settings.tool_parser,
+                choice,
+                tool_dicts,
+                request.parallel_tool_calls,
+                prompt_opens_reasoning(suffix),
             )
         schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
         param = "tools"
         if schema is None:
             schema, param = response_format_schema(request.response_format), "response_format"
+
+        def constraint() -> TokenConstraint | None:
+            if native is not None:  # the family's own call markup instead of the JSON call list
+                return self.grammars.tag_constraint(native, "tools")
+            return self.grammars.constraint(schema, param) if schema is not None else None
+
         setup = None
-        if tool_dicts:
-            assert self.settings.tool_parser is not None, "checked above"
+        # a prompt that opens reasoning (DeepSeek-V4's thinking mode ends in `<think>`) is split
+        # into reasoning and content with or without tools
+        if tool_dicts or prompt_opens_reasoning(suffix):
             setup = ToolSetup(
                 choice,
-                self.settings.tool_parser,
+                self.settings.tool_parser or "",
                 tool_dicts,
-                text[-64:],
-                constrained=choice.kind in ("required", "named"),
+                suffix,
+                # JSON-constrained output has its own parsers; native markup keeps the family's
+                constrained=native is None and choice.kind in ("required", "named"),
             )
         params = [
             sampling_params(
@@ -165,7 +223,7 @@ class ChatHandler:
                 self.engine.max_model_len,
                 self.engine.vocab_size,
                 i,
-                self.grammars.constraint(schema, param) if schema is not None else None,
+                constraint(),
                 lora,
             )
             for i in range(request.n or 1)

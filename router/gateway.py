@@ -78,7 +78,7 @@ class Gateway:
         """Route one request.
 
         Args:
-            method: `chat` or `completions` (the `ModelServer` method).
+            method: the `ModelServer` method (`chat`, `completions`, `tokenize`, `detokenize`).
             schema: The request model for `method`.
             request: The request body (dict) or model.
             headers: Request headers (tenant and priority headers feed the policy; the bearer

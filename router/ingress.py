@@ -1,6 +1,7 @@
 """The ingress deployment: OpenAI HTTP API and the Python handle API, in front of the models.
 
-HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
+HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /tokenize`,
+`POST /detokenize` (vLLM's bodies: `deployments.protocol.tokenize`), `GET /v1/models`,
 `GET /v1/models/{model}`, `POST /v1/load_lora_adapter`, `POST /v1/unload_lora_adapter`
 (`router.lora_admin`), `GET /metrics` (Prometheus text format) and `GET /health`; with API
 keys configured every route but `/health` needs `Authorization: Bearer <key>`. Every answer
@@ -10,7 +11,7 @@ and, when preprocessing changed the request, `x-ascend-router-preprocess`. A req
 rate limit is answered 429 with `Retry-After`.
 
 Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat`,
-`completions` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
+`completions`, `tokenize`, `detokenize` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
 equals the JSON), or an async generator of chunks when the request streams (call with
 `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
 when streaming). The Python API is not behind the API keys (nor their rate limits): it is
@@ -39,6 +40,7 @@ from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.sse import DONE, sse_event
+from deployments.protocol.tokenize import DetokenizeRequest, tokenize_schema
 from deployments.protocol.validation import wants_stream
 from router.auth import authorized
 from router.dispatch import Routed
@@ -90,6 +92,11 @@ async def _sse(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[
     finally:
         await items.aclose()  # client gone or stream done: the model request ends too
     yield DONE
+
+
+def _unary(body: Any) -> Any:
+    """A tokenize body never streams, whatever its `stream` says."""
+    return {**body, "stream": False} if isinstance(body, dict) else body
 
 
 async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
@@ -165,6 +172,17 @@ class Router:
         outcome = await self.gateway.route("completions", CompletionRequest, request, {})
         return _python_result(outcome, wants_stream(request))
 
+    async def tokenize(self, request: dict[str, Any]) -> Any:
+        """`/tokenize`: a `TokenizeResponse` (or `ErrorResponse`) for a chat (`messages`) or
+        `prompt` body, routed as a chat or completion request would be."""
+        outcome = await self.gateway.route("tokenize", tokenize_schema(request), _unary(request), {})
+        return _python_result(outcome, False)
+
+    async def detokenize(self, request: dict[str, Any]) -> Any:
+        """`/detokenize`: a `DetokenizeResponse` (or `ErrorResponse`) for `{model, tokens}`."""
+        outcome = await self.gateway.route("detokenize", DetokenizeRequest, _unary(request), {})
+        return _python_result(outcome, False)
+
     async def models(self) -> ModelList:
         """The served model ids, then the aliases (`auto` included)."""
         return self.gateway.model_list(self.created)
@@ -233,6 +251,23 @@ class Router:
     async def http_completions(self, request: Request) -> Response:
         """OpenAI legacy completions over HTTP (JSON or SSE)."""
         return await self._http("completions", CompletionRequest, request)
+
+    async def _route_unary(self, method: str, request: Request) -> Response:
+        body = await self._body(request)
+        schema = tokenize_schema(body) if method == "tokenize" else DetokenizeRequest
+        outcome = await self.gateway.route(method, schema, _unary(body), request.headers)
+        return _http_result(outcome)
+
+    @app.post("/tokenize")
+    async def http_tokenize(self, request: Request) -> Response:
+        """vLLM's `/tokenize`: the token ids (and with `return_prompt` the text) of the prompt
+        the chosen model would prefill for these `messages` or this `prompt`."""
+        return await self._guarded("tokenize", request, self._route_unary("tokenize", request))
+
+    @app.post("/detokenize")
+    async def http_detokenize(self, request: Request) -> Response:
+        """vLLM's `/detokenize`: `{model, tokens}` -> `{prompt}`."""
+        return await self._guarded("detokenize", request, self._route_unary("detokenize", request))
 
     @app.get("/v1/models")
     async def http_models(self, request: Request) -> Response:

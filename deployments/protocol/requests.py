@@ -3,7 +3,9 @@
 Field names, types and ranges follow the OpenAI API reference (Chat Completions and legacy
 Completions). Explicit JSON `null` means "use the default" for every optional field, and
 unknown fields are ignored, as OpenAI does. A few vLLM extensions are accepted
-(`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`). `tools`, `tool_choice`,
+(`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`, `chat_template_kwargs`:
+extra variables for the model's chat template or prompt encoder, such as `thinking`).
+`reasoning_effort` is OpenAI's; models with a reasoning mode map it onto theirs. `tools`, `tool_choice`,
 `response_format` and assistant `tool_calls` are typed in `deployments.protocol.tools`.
 
 A request is validated once, at the router's edge (`deployments.protocol.validation`), and the
@@ -143,6 +145,8 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     continue_final_message: bool | None = None
+    reasoning_effort: str | None = Field(None, max_length=32)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @field_validator("messages", "tools", mode="before")
     @classmethod

@@ -163,10 +163,13 @@ class ToolParser(ABC):
     """Stateful parser of one response's output for one model family.
 
     Subclasses implement `_step`, a state machine over `self._buf` from `self._pos`, and list
-    their markup openers in `CALL_OPENERS` (used to hold a call made inside unclosed reasoning).
+    their markup openers in `CALL_OPENERS` (used to hold a call made inside unclosed reasoning,
+    or, with `CALL_ENDS_REASONING`, to end reasoning there; see `think.py`).
     """
 
     CALL_OPENERS: ClassVar[tuple[str, ...]] = ()
+    CALL_ENDS_REASONING: ClassVar[bool] = False
+    REASONING_DROPS: ClassVar[tuple[str, ...]] = ()  # markers deleted from reasoning text
 
     def __init__(self, tools: list[dict[str, Any]] | None = None, prompt_suffix: str = "") -> None:
         """Create a parser for one response.
@@ -181,7 +184,9 @@ class ToolParser(ABC):
             ValueError: A tool object has no function name.
         """
         self._sink = CallSink(index_tools(tools), self._new_call_id)
-        self._think = ThinkSplitter(prompt_suffix, self.CALL_OPENERS)
+        self._think = ThinkSplitter(
+            prompt_suffix, self.CALL_OPENERS, self.CALL_ENDS_REASONING, self.REASONING_DROPS
+        )
         self._buf = ""
         self._pos = 0
         self._mark = 0  # where the markup being read started (its raw text for a fallback)

@@ -29,7 +29,7 @@ from deployments.toolcalls.scan import (
     Look,
     find_first,
     held_suffix_len,
-    match_literal,
+    look_any,
     read_token,
     skip_ws,
 )
@@ -42,17 +42,6 @@ _BOUNDARIES = (PARAM, FUNC_END, END)  # what may follow a value's closing tag
 _VALUE_MARKERS = (PARAM_END, *_BOUNDARIES)
 _NAME = re.compile(r"[^<>\n]*")
 _CONTENT, _BLOCK, _FUNC_NAME, _PARAMS, _PARAM_NAME, _VALUE, _AFTER_FUNC, _RAW = range(8)
-
-
-def _look_any(buf: str, pos: int, literals: tuple[str, ...]) -> tuple[Look, str]:
-    """MATCH (with the literal) if one matches at `pos`, PARTIAL if one still may, else FAIL."""
-    partial = False
-    for literal in literals:
-        look = match_literal(buf, pos, literal)
-        if look is Look.MATCH:
-            return look, literal
-        partial = partial or look is Look.PARTIAL
-    return (Look.PARTIAL if partial else Look.FAIL), ""
 
 
 class Qwen3CoderParser(ToolParser):
@@ -101,7 +90,7 @@ class Qwen3CoderParser(ToolParser):
         """Handle the tag expected after whitespace in `_BLOCK`, `_PARAMS` or `_AFTER_FUNC`."""
         p = skip_ws(self._buf, self._pos)
         expected = {_BLOCK: (FUNC,), _PARAMS: _BOUNDARIES}.get(state, (END, FUNC))
-        look, tag = _look_any(self._buf, p, expected)
+        look, tag = look_any(self._buf, p, expected)
         if look is Look.PARTIAL and not final:
             return False
         if state == _AFTER_FUNC:
@@ -199,7 +188,7 @@ class Qwen3CoderParser(ToolParser):
             if marker != PARAM_END:
                 return idx, idx, idx
             after = idx + len(PARAM_END)
-            look, _ = _look_any(buf, skip_ws(buf, after), _BOUNDARIES)
+            look, _ = look_any(buf, skip_ws(buf, after), _BOUNDARIES)
             if look is Look.MATCH or (look is Look.PARTIAL and final):
                 return idx, after, idx
             if look is Look.PARTIAL:

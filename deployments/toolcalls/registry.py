@@ -11,6 +11,7 @@ from typing import Any
 from deployments.toolcalls.base import ToolParser
 from deployments.toolcalls.deepseek_v3 import DeepSeekV3Parser
 from deployments.toolcalls.deepseek_v31 import DeepSeekV31Parser
+from deployments.toolcalls.dsml import DeepSeekV4Parser, DeepSeekV32Parser
 from deployments.toolcalls.hermes import HermesParser
 from deployments.toolcalls.llama3_json import Llama3JsonParser
 from deployments.toolcalls.mistral import MistralParser
@@ -23,6 +24,8 @@ PARSERS: dict[str, type[ToolParser]] = {
     "qwen3_coder": Qwen3CoderParser,
     "deepseek_v3": DeepSeekV3Parser,
     "deepseek_v31": DeepSeekV31Parser,
+    "deepseek_v32": DeepSeekV32Parser,
+    "deepseek_v4": DeepSeekV4Parser,
     "phi4_mini": Phi4MiniParser,
     "llama3_json": Llama3JsonParser,
     "mistral": MistralParser,
@@ -40,6 +43,8 @@ DEFAULT_PARSER_BY_FAMILY: dict[str, str] = {
     "deepseek_v3": "deepseek_v3",
     "deepseek_r1": "deepseek_v3",
     "deepseek_v31": "deepseek_v31",
+    "deepseek_v32": "deepseek_v32",
+    "deepseek_v4": "deepseek_v4",
     "phi3": "phi4_mini",
     "phi4": "phi4_mini",
     "llama": "llama3_json",

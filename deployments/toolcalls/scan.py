@@ -36,6 +36,17 @@ def match_literal(buf: str, pos: int, literal: str) -> Look:
     return Look.PARTIAL if literal.startswith(buf[pos:]) else Look.FAIL
 
 
+def look_any(buf: str, pos: int, literals: tuple[str, ...]) -> tuple[Look, str]:
+    """MATCH (with the literal) if one matches at `pos`, PARTIAL if one still may, else FAIL."""
+    partial = False
+    for literal in literals:
+        look = match_literal(buf, pos, literal)
+        if look is Look.MATCH:
+            return look, literal
+        partial = partial or look is Look.PARTIAL
+    return (Look.PARTIAL if partial else Look.FAIL), ""
+
+
 def skip_ws(buf: str, pos: int) -> int:
     """Offset of the first non-whitespace character at or after `pos` (or `len(buf)`)."""
     n = len(buf)

@@ -4,6 +4,9 @@ Qwen3-Coder and Qwen3.5 write `<parameter=P>\\nVALUE\\n</parameter>` with no esc
 type (Qwen3-Coder chat template; vLLM `qwen3coder_tool_parser.py`), so the type comes from the
 request's schema: string / integer / number / boolean / null / object / array. A value that does
 not fit its declared type is kept as a string rather than dropped.
+
+DeepSeek DSML (`dsml.py`) declares each value's kind itself (`string="true"`: literal text,
+`string="false"`: JSON); `flagged_to_json` takes that flag first and the schema second.
 """
 
 from __future__ import annotations
@@ -46,6 +49,68 @@ def streams_as_string(schema: dict[str, Any] | None) -> bool:
     """
     types = schema_types(schema)
     return not types or types == ["string"]
+
+
+def accepts_string(schema: dict[str, Any] | None) -> bool:
+    """Whether a parameter may be a string: the schema allows one or says nothing."""
+    types = schema_types(schema)
+    return not types or "string" in types
+
+
+def flagged_to_json(text: str, declared_string: bool | None, schema: dict[str, Any] | None) -> str:
+    """JSON text for a value whose writer declared whether it is a string (DSML `string=`).
+
+    The flag decides, the schema is the second opinion:
+
+    * declared a string: the text verbatim, unless the schema rules strings out; then it is
+      converted by the schema as `to_json` does (`"3"` for an integer parameter gives `3`), and
+      kept as the string when no declared type fits;
+    * declared JSON: the parsed value when it is JSON (NaN and Infinity are not) and fits the
+      schema's types (an integer fits `number`; `null` always passes: a missing value is not the
+      text "null"); a JSON string the schema rules out is converted as above; any other misfit
+      becomes the text as a string if the schema allows strings, else stays the model's JSON
+      value. Text that is not JSON is converted as `to_json` does, which keeps it as a string
+      when nothing fits;
+    * no flag: as `to_json`.
+
+    Args:
+        text: The value exactly as written between the tags.
+        declared_string: True for `string="true"`, False for `string="false"`, None if absent.
+        schema: The parameter's JSON schema, or None when the tool does not describe it.
+    """
+    types = schema_types(schema)
+    if declared_string is None or (declared_string and types and "string" not in types):
+        return to_json(text, schema)
+    if declared_string:
+        return json.dumps(text, ensure_ascii=False)
+    try:
+        value = parse_json(text)
+    except ValueError:
+        return to_json(text, schema)
+    kind = _json_type(value)
+    if not types or kind in types or (kind == "integer" and "number" in types) or value is None:
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        return to_json(value, schema)
+    if "string" in types:
+        return json.dumps(text, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def parse_json(text: str) -> Any:
+    """`json.loads` as RFC 8259 reads it: NaN and Infinity are not JSON.
+
+    Raises:
+        ValueError: `text` is not one JSON value (surrounding whitespace is allowed).
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def strip_value(raw: str) -> str:
@@ -98,4 +163,6 @@ def _json_type(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
+    if isinstance(value, list):
+        return "array"
     return "string" if isinstance(value, str) else "object"

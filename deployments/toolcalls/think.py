@@ -9,6 +9,11 @@ Rules (PROTOCOL.md rule S8 and the `qwen35-toolcall-inside-unclosed-think` case)
   (when `</think>` follows) or a real call the model made without closing its reasoning
   (vllm-project/vllm#39056). Everything from the opener on is held until `</think>` shows up
   (then it was reasoning) or the output ends (then reasoning ended at the opener).
+* Option `call_ends_reasoning` (DeepSeek V4 DSML, vLLM `vllm/parser/deepseek_v4.py` and the
+  reference decoder `parse_message_from_completion_text`): a tool-call opener ends reasoning at
+  once, as `</think>` does; the opener and what follows go to the tool parser.
+* Option `drop`: markers removed from reasoning text (DSML's stray closers and a repeated
+  `<think>`, vllm-project/vllm#56184), held back while partial like the other markers.
 """
 
 from __future__ import annotations
@@ -32,15 +37,26 @@ def prompt_opens_reasoning(prompt_suffix: str) -> bool:
 class ThinkSplitter:
     """Streaming splitter of reasoning text; one per response."""
 
-    def __init__(self, prompt_suffix: str = "", call_openers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        prompt_suffix: str = "",
+        call_openers: tuple[str, ...] = (),
+        call_ends_reasoning: bool = False,
+        drop: tuple[str, ...] = (),
+    ) -> None:
         """Create a splitter.
 
         Args:
             prompt_suffix: The end of the rendered prompt; decides whether reasoning is open.
             call_openers: Markers that open the family's tool-call markup.
+            call_ends_reasoning: A call opener inside reasoning ends reasoning there (instead of
+                holding the call until `</think>` or the end of the output).
+            drop: Markers deleted from reasoning text.
         """
         self._state = _REASONING if prompt_opens_reasoning(prompt_suffix) else _START_CHECK
-        self._stops = (THINK_END, *call_openers)
+        self._stops = (THINK_END, *call_openers, *drop)
+        self._call_ends_reasoning = call_ends_reasoning
+        self._drop = frozenset(drop)
         self._buf = ""
         self._search_from = 0  # in _HELD: where the next search for `</think>` starts
 
@@ -78,8 +94,13 @@ class ThinkSplitter:
                     return out
                 idx, marker = hit
                 self._emit(out, True, self._buf[:idx])
-                if marker == THINK_END:
+                if marker in self._drop:
                     self._buf = self._buf[idx + len(marker) :]
+                elif marker == THINK_END:
+                    self._buf = self._buf[idx + len(marker) :]
+                    self._state = _PASS
+                elif self._call_ends_reasoning:
+                    self._buf = self._buf[idx:]
                     self._state = _PASS
                 else:
                     self._buf = self._buf[idx:]

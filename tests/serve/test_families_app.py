@@ -1,5 +1,6 @@
-"""configs/families.yaml on real Ray Serve: the tiny Qwen2 and DeepSeek-V3 answer the `openai`
-client with their real tokenizers and tool-capable chat templates.
+"""configs/families.yaml on real Ray Serve: the tiny Qwen2, DeepSeek-V3 and DeepSeek-V4 answer
+the `openai` client with their real tokenizers and tool-capable chat templates (V4: its prompt
+encoder, DSML tool calls and `/tokenize`).
 
 The tiny checkpoints are made into a temporary folder (as `ascend-router make-tiny-models`
 does) and deployed as a second application, `/families`, on the session's Serve instance.
@@ -8,10 +9,12 @@ SmolLM2, the config's third model, is left out: the session's local app already 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -89,3 +92,145 @@ def test_tiny_model_answers_openai_client(families: dict[str, Any], model_id: st
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     if choice.finish_reason == "length":
         assert usage.completion_tokens == MAX_TOKENS
+
+
+# ---- DeepSeek-V4: prompt encoder, DSML tool calls, /tokenize ---------------------------------
+
+V4 = "tiny-deepseek-v4"
+FORECAST = {  # bounded, so a random model cannot run past max_tokens inside a value
+    "type": "function",
+    "function": {
+        "name": "get_forecast",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "metric": {"type": "boolean"},
+            },
+            "required": ["city", "metric"],
+        },
+    },
+}
+ASK = [{"role": "user", "content": "Weather in Lima?"}]
+
+
+def _client(families: dict[str, Any]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{families['url']}/v1", api_key="unused", max_retries=0)
+
+
+def _streamed_calls(stream: Any) -> tuple[list[dict[str, str]], str | None]:
+    """(name, arguments) per call index, and the finish reason, from chunks."""
+    calls: dict[int, dict[str, str]] = {}
+    reason = None
+    for chunk in stream:
+        for c in chunk.choices:
+            reason = c.finish_reason or reason
+            for tc in c.delta.tool_calls or ():
+                call = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                call["name"] += (tc.function.name or "") if tc.function else ""
+                call["arguments"] += (tc.function.arguments or "") if tc.function else ""
+    return [calls[i] for i in sorted(calls)], reason
+
+
+def _check_call(name: str, arguments: str) -> dict[str, Any]:
+    assert name == "get_forecast"
+    args = json.loads(arguments)
+    assert isinstance(args["city"], str) and len(args["city"]) <= 12
+    assert isinstance(args["metric"], bool)
+    return args
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_forecast"}}]
+)
+def test_v4_dsml_round_trip(families: dict[str, Any], tool_choice: Any) -> None:
+    """Call (constrained to DSML, parsed by the deepseek_v4 parser) -> tool result -> answer,
+    streamed and not; /tokenize shows the V4 prompt of the second turn, with the count the
+    engine prefilled."""
+    client = _client(families)
+    first = client.chat.completions.create(
+        model=V4, messages=ASK, tools=[FORECAST], tool_choice=tool_choice, max_tokens=160, seed=1
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert not (choice.message.content or "").strip()
+    (call,) = choice.message.tool_calls or []
+    _check_call(call.function.name, call.function.arguments)
+    streamed, reason = _streamed_calls(
+        client.chat.completions.create(
+            model=V4,
+            messages=ASK,
+            tools=[FORECAST],
+            tool_choice=tool_choice,
+            max_tokens=160,
+            seed=1,
+            stream=True,
+        )
+    )
+    assert reason == "tool_calls"
+    assert [(c["name"], json.loads(c["arguments"])) for c in streamed] == [
+        (call.function.name, json.loads(call.function.arguments))
+    ]
+    history = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "19 C, sunny"},
+    ]
+    answer = client.chat.completions.create(
+        model=V4, messages=history, tools=[FORECAST], tool_choice="auto", max_tokens=8
+    )
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert answer.usage is not None
+    body = {"model": V4, "messages": history, "tools": [FORECAST], "return_prompt": True}
+    tok = httpx.post(f"{families['url']}/tokenize", json=body, timeout=60)
+    assert tok.status_code == 200, tok.text
+    data = tok.json()
+    assert data["count"] == len(data["tokens"]) == answer.usage.prompt_tokens
+    assert data["max_model_len"] == 2048
+    prompt = data["prompt"]
+    assert prompt.startswith("<｜begin▁of▁sentence｜>")
+    assert '"name": "get_forecast"' in prompt  # the tools section
+    assert '<｜DSML｜invoke name="get_forecast">' in prompt  # the call, re-encoded
+    assert "<｜User｜><tool_result>19 C, sunny</tool_result><｜Assistant｜></think>" in prompt
+    assert tok.headers["x-ascend-router-model"] == V4
+
+
+def test_v4_constrained_calls_always_parse(families: dict[str, Any]) -> None:
+    """52 seeded sampled generations (4 requests x n=13) under `required`: every one is one
+    valid call."""
+    client = _client(families)
+    for seed in range(4):
+        resp = client.chat.completions.create(
+            model=V4,
+            messages=ASK,
+            tools=[FORECAST],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_tokens=160,
+            temperature=1.0,
+            n=13,
+            seed=seed,
+        )
+        for choice in resp.choices:
+            assert choice.finish_reason == "tool_calls", choice
+            (call,) = choice.message.tool_calls or []
+            _check_call(call.function.name, call.function.arguments)
+
+
+def test_v4_thinking_mode_splits_reasoning(families: dict[str, Any]) -> None:
+    """Thinking mode: the prompt ends in `<think>`, so the output starts as reasoning."""
+    client = _client(families)
+    kwargs = {"chat_template_kwargs": {"thinking": True}}
+    resp = client.chat.completions.create(
+        model=V4, messages=ASK, max_tokens=6, temperature=0, extra_body=kwargs
+    )
+    message = resp.choices[0].message.model_dump()
+    assert message.get("reasoning_content"), message
+    body = {"model": V4, "messages": ASK, "return_prompt": True, **kwargs}
+    data = httpx.post(f"{families['url']}/tokenize", json=body, timeout=60).json()
+    assert data["prompt"].endswith("<｜User｜>Weather in Lima?<｜Assistant｜><think>")
+    assert data["count"] == resp.usage.prompt_tokens
+    text = httpx.post(
+        f"{families['url']}/detokenize", json={"model": V4, "tokens": data["tokens"]}, timeout=60
+    )
+    assert text.status_code == 200 and text.json() == {"prompt": data["prompt"]}

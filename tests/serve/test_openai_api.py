@@ -224,3 +224,35 @@ def _logprobs(doc: object) -> list[float]:
     if isinstance(doc, list):
         return [v for item in doc for v in _logprobs(item)]
     return []
+
+
+def test_tokenize_equals_prefill_and_detokenize(client: openai.OpenAI, http: httpx.Client) -> None:
+    """/tokenize gives the ids the engine prefills (chat: `usage.prompt_tokens`; prompt: the
+    completion endpoint's), routed like the request; /detokenize inverts it; bad input is a
+    400 in OpenAI's shape and the server goes on serving."""
+    resp = client.chat.completions.create(model=MODEL, messages=PARIS, max_tokens=1)
+    chat = http.post("/tokenize", json={"model": MODEL, "messages": PARIS, "return_prompt": True})
+    assert chat.status_code == 200 and chat.headers["x-ascend-router-model"] == MODEL
+    data = chat.json()
+    assert data["count"] == len(data["tokens"]) == resp.usage.prompt_tokens
+    assert data["prompt"].rstrip().endswith("assistant")
+    text = "The capital of France is"
+    done = client.completions.create(model=MODEL, prompt=text, max_tokens=1)
+    plain = http.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False})
+    assert plain.json()["count"] == done.usage.prompt_tokens
+    back = http.post("/detokenize", json={"model": MODEL, "tokens": plain.json()["tokens"]})
+    assert back.json() == {"prompt": text}
+    auto = http.post("/tokenize", json={"prompt": text, "return_token_strs": True})
+    assert auto.status_code == 200 and len(auto.json()["token_strs"]) == auto.json()["count"]
+    for path, body, param in [
+        ("/tokenize", {"model": MODEL, "messages": []}, "messages"),
+        ("/tokenize", {"model": MODEL, "messages": PARIS, "chat_template_kwargs": {"tools": 1}},
+         "chat_template_kwargs"),
+        ("/detokenize", {"model": MODEL, "tokens": [10**9]}, "tokens"),
+        ("/detokenize", {"model": MODEL}, "tokens"),
+    ]:
+        bad = http.post(path, json=body)
+        assert bad.status_code == 400, (path, body, bad.text)
+        assert bad.json()["error"]["param"] == param
+    assert http.post("/tokenize", json={"model": "nope", "prompt": "x"}).status_code == 404
+    assert http.post("/tokenize", json={"model": MODEL, "prompt": text}).status_code == 200

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolcall_cases import REPO_ROOT, SAMPLES, random_chunks
+from toolcall_cases import (
+    PARSER_BY_CASE_FAMILY,
+    REPO_ROOT,
+    SAMPLES,
+    case_tools,
+    load_cases,
+    random_chunks,
+)
 from toolcall_samples import AS_WRITTEN, Sample, with_tools
 
 from cli.main import main
@@ -111,6 +118,41 @@ def test_outputs_as_models_write_them(
     _expect(sample, run_cli_here(monkeypatch, capsysbinary, *args, stdin=json.dumps(chunks)))
 
 
+DSML_CASES = [c for c in load_cases() if c["family"] in ("deepseek-v4", "deepseek-v32")]
+
+
+@pytest.mark.parametrize("chunking", ["whole", "stream-recorded", "stream-one-char"])
+@pytest.mark.parametrize("case", DSML_CASES, ids=[c["id"] for c in DSML_CASES])
+def test_family_reads_every_dsml_case(
+    case: dict[str, Any],
+    chunking: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    """`--family deepseek_v4` / `deepseek_v32` picks the DSML parser; streamed and not."""
+    family = PARSER_BY_CASE_FAMILY[case["family"]]  # the model family bears the parser's name
+    raw, expected = case["input"]["raw"], case["expected"]
+    args = ["--family", family, "--tools", _tools_file(tmp_path, case_tools(case) or [])]
+    args += ["--prompt-suffix", case["input"].get("prompt_suffix", "")]
+    args += ["--engine-finish-reason", case["input"].get("engine_finish_reason", "stop")]
+    stdin = raw
+    if chunking != "whole":
+        chunks = case["input"].get("chunks", [raw]) if chunking == "stream-recorded" else list(raw)
+        args, stdin = [*args, "--stream-chunks"], json.dumps(chunks)
+    proc = run_cli_here(monkeypatch, capsysbinary, *args, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout.decode("utf-8"))
+    assert out["tool_calls"] == [
+        {"name": c["name"], "arguments": c["arguments"]} for c in expected["tool_calls"]
+    ]
+    contents = expected.get("content_any_of", [expected.get("content")])
+    assert (out["content"] or "").strip() in [(c or "").strip() for c in contents]
+    if "reasoning_content" in expected:
+        assert out["reasoning_content"] == expected["reasoning_content"]
+    assert out["finish_reason"] == expected["finish_reason"]
+
+
 def test_tool_choice_none_returns_text(tmp_path: Path) -> None:
     sample = ONE_PER_PARSER["hermes"]
     proc = run_cli(
@@ -153,7 +195,7 @@ def test_text_without_calls_exits_zero() -> None:
     ("args", "stdin", "message"),
     [
         (["--parser", "nope"], "", "unknown parser 'nope'"),
-        ([], "", "--parser is required"),
+        ([], "", "--parser or --family is required"),
         (["--parser", "hermes", "--tools", "/nonexistent/tools.json"], "", "cannot read tools"),
         (["--parser", "hermes", "--tools", "BAD_JSON"], "", "is not JSON"),
         (["--parser", "hermes", "--tool-choice", "{bad"], "", "--tool-choice is not JSON"),
@@ -170,3 +212,21 @@ def test_bad_usage_exits_2_with_one_line(
     assert proc.returncode == 2
     err = proc.stderr.decode().strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--family", "gpt2"], "no default tool parser for model family 'gpt2'"),
+        (["--family", "deepseek_v4", "--parser", "hermes"], "give --parser or --family, not both"),
+    ],
+)
+def test_bad_family_exits_2_with_one_line(
+    args: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    proc = run_cli_here(monkeypatch, capsysbinary, *args, stdin="")
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 2 and message in err and len(err.splitlines()) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from toolcall_cases import parse_chunks, random_chunks, summary
@@ -124,6 +125,32 @@ PIECES = {
         "hi ",
     ],
 }
+_DSML_PIECES = [
+    "\n\n<｜DSML｜tool_calls>",
+    "<｜DSML｜function_calls>",
+    "</｜DSML｜tool_calls>",
+    "</｜DSML｜function_calls>",
+    '<｜DSML｜invoke name="get_weather">',
+    '<｜DSML｜invoke name="nope">',
+    '<｜DSML｜invoke name="get_time">\n</｜DSML｜invoke>',
+    '<｜DSML｜parameter name="city" string="true">',
+    '<｜DSML｜parameter name="days" string="false">',
+    '<｜DSML｜parameter name="arguments" string="false">{"days": 2}</｜DSML｜parameter>',
+    "</｜DSML｜parameter>",
+    "</｜DSML｜invoke>",
+    "Oslo",
+    "3",
+    "a < b",
+    "\n",
+    "hi ",
+    "<｜DSML｜",
+    "{}",
+]
+PIECES["deepseek_v32"] = PIECES["deepseek_v4"] = _DSML_PIECES
+# Markup a DSML parser drops when it carries no call (empty blocks, stray closers).
+_DSML_DROPPED = re.compile(
+    r"</?｜DSML｜(?:tool_calls|function_calls|invoke|parameter)>|</think>|\s"
+)
 THINK = ["<think>", "</think>"]
 SOUPS_PER_PARSER = 150
 
@@ -142,7 +169,11 @@ def test_markup_soup_keeps_the_chunking_property(parser: str) -> None:
         for _, arguments in summary(whole)[2]:
             assert isinstance(json.loads(arguments), dict), raw
         if not thinking and not whole["tool_calls"]:
-            assert (whole["content"] or "") == raw.strip(), raw
+            if parser in ("deepseek_v32", "deepseek_v4"):  # no text is lost, only markup
+                dropped = _DSML_DROPPED.sub("", whole["content"] or "")
+                assert dropped == _DSML_DROPPED.sub("", raw), raw
+            else:
+                assert (whole["content"] or "") == raw.strip(), raw
         for chunks in (list(raw), random_chunks(raw, rng, 3), random_chunks(raw, rng, 9)):
             message, deltas = parse_chunks(parser, TOOLS, chunks, suffix)
             assert summary(message) == summary(whole), chunks

@@ -31,6 +31,8 @@ def test_registry_names_every_family() -> None:
         "qwen3_coder",
         "deepseek_v3",
         "deepseek_v31",
+        "deepseek_v32",
+        "deepseek_v4",
         "phi4_mini",
         "llama3_json",
         "mistral",
