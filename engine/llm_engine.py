@@ -78,10 +78,11 @@ class LLMEngine:
         expert_parallel: split MoE experts across the ranks instead of each expert's width.
 
     Raises:
-        ValueError: the checkpoint cannot be found or loaded, the KV budget is too small
-            for one sequence of `max_model_len` tokens, a start-up LoRA adapter is refused, or
-            the speculative drafting model (`draft`, `mtp`) cannot be loaded or is asked for
-            with tensor parallel.
+        ValueError: the checkpoint cannot be found or loaded, its `model_type` is not one the
+            engine serves (`engine.architectures`, refused before any weight loads), the KV
+            budget is too small for one sequence of `max_model_len` tokens, a start-up LoRA
+            adapter is refused, or the speculative drafting model (`draft`, `mtp`) cannot be
+            loaded or is asked for with tensor parallel.
         RuntimeError: the ranks' devices could not be had in time.
     """
 

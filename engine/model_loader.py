@@ -5,7 +5,8 @@ Transformers" in the transformers docs) or a Hugging Face checkpoint directory
 (`config.json` plus safetensors shards).
 
 A checkpoint that cannot be loaded is a one-line `ValueError` naming the file or tensor: a shard
-listed in `model.safetensors.index.json` but missing, a `model_type` transformers does not know,
+listed in `model.safetensors.index.json` but missing, a `model_type` transformers does not know
+or the engine does not serve (`engine.architectures`, checked before any weight loads),
 `architectures` that contradict `model_type`, a tensor whose shape disagrees with `config.json`,
 or a tensor the model needs and the checkpoint lacks (transformers would only warn and leave it
 randomly initialised).
@@ -25,6 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, Pre
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from engine.architectures import REFUSED_MODEL_TYPES, check_architecture
 from engine.attention import ATTENTION_NAME
 from engine.fused_layers import use_fused_layers
 from engine.json_file import read_json_object
@@ -99,17 +101,22 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def _check_config_json(ref: CheckpointRef) -> None:
-    """`model_type` is known to transformers and `architectures` name its causal-LM class."""
+    """`model_type` is known to transformers and served by the engine, and `architectures` name
+    its causal-LM class."""
     cfg = read_json_object(ref.config_file)
     model_type = cfg.get("model_type")
-    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+    # a named refusal (engine.architectures) says why, even for a type transformers lacks
+    if not isinstance(model_type, str) or (
+        model_type not in CONFIG_MAPPING and model_type not in REFUSED_MODEL_TYPES
+    ):
         raise ValueError(
             f"{ref.config_file}: model_type {model_type!r} is not an architecture this "
             "transformers version knows; fix model_type or upgrade transformers"
         )
     expected = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
-    if expected is None:
+    if expected is None and model_type not in REFUSED_MODEL_TYPES:
         raise ValueError(f"{ref.config_file}: model_type {model_type!r} has no causal-LM class")
+    check_architecture(cfg, ref.config_file)
     archs = cfg.get("architectures") or [expected]
     if expected not in archs:
         raise ValueError(
@@ -123,14 +130,18 @@ def load_config(ref: CheckpointRef) -> PretrainedConfig:
 
     Raises:
         ValueError: (one line, naming the file) `config.json` is not JSON, names an unknown
-            `model_type`, or `architectures` that contradict it; or transformers rejects it.
+            `model_type` or one the engine does not serve (`engine.architectures`), or
+            `architectures` that contradict it; or transformers rejects it.
     """
     if ref.gguf_file is None:
         _check_config_json(ref)
     try:
-        return AutoConfig.from_pretrained(ref.directory, **ref.kwargs())
+        config = AutoConfig.from_pretrained(ref.directory, **ref.kwargs())
     except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
         raise ValueError(f"{ref.config_file}: {_one_line(exc)}") from exc
+    if ref.gguf_file is not None:  # the GGUF's `general.architecture`, as transformers maps it
+        check_architecture(config, ref.config_file)
+    return config
 
 
 def _check_shards(ref: CheckpointRef) -> None:

@@ -103,7 +103,9 @@ def model_facts(model: ModelDeploymentConfig) -> ModelFacts:
 
     Raises:
         ValueError: the checkpoint is not on this machine and the deployment has no `shape`,
-            or the parameter count is unknown.
+            the local checkpoint's `model_type` is one the engine does not serve (the engine's
+            own start-up message, `engine.architectures`: no KV figures for a cache it would
+            not build), or the parameter count is unknown.
     """
     ref = local_checkpoint(model)
     if ref is not None:
