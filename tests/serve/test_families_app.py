@@ -23,7 +23,9 @@ from transformers import AutoTokenizer
 
 from cli.tiny_models_cmd import make_tiny_models
 from deployments.chat_template import ChatTemplate
+from deployments.toolcalls.assemble import accumulate
 from router.app import build_app
+from tests.scripted_engine import script_marker, script_tokens
 
 pytestmark = pytest.mark.serve
 
@@ -39,6 +41,7 @@ WEATHER = {
 }
 MESSAGES = [{"role": "user", "content": "北京今天天气怎么样？☀️"}]
 MAX_TOKENS = 6
+V4 = "tiny-deepseek-v4"
 
 
 def _tiny_models(args: dict[str, Any], out: Path) -> list[dict[str, Any]]:
@@ -56,6 +59,9 @@ def families(serve_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     out = tmp_path_factory.mktemp("tiny_models")
     models = _tiny_models(args, out)
     make_tiny_models(out, [Path(m["source"]["path"]).name for m in models])
+    for m in models:  # V4 writes the DSML cases when asked to (`script_marker`), else as usual
+        if m["model_id"] == V4:
+            m["engine_class"] = "tests.scripted_engine:ScriptedEngine"
     args = {
         **args,
         "models": models,
@@ -96,7 +102,6 @@ def test_tiny_model_answers_openai_client(families: dict[str, Any], model_id: st
 
 # ---- DeepSeek-V4: prompt encoder, DSML tool calls, /tokenize ---------------------------------
 
-V4 = "tiny-deepseek-v4"
 FORECAST = {  # bounded, so a random model cannot run past max_tokens inside a value
     "type": "function",
     "function": {
@@ -234,3 +239,57 @@ def test_v4_thinking_mode_splits_reasoning(families: dict[str, Any]) -> None:
         f"{families['url']}/detokenize", json={"model": V4, "tokens": data["tokens"]}, timeout=60
     )
     assert text.status_code == 200 and text.json() == {"prompt": data["prompt"]}
+
+
+DSML_CASES = [
+    c
+    for c in json.loads((Path(__file__).parents[1] / "data" / "toolcalls.json").read_text())
+    if c["family"] in ("deepseek-v4", "deepseek-v32") and "raw" in c["input"]
+]
+
+
+def _text(value: str | None) -> str | None:
+    return (value or "").strip() or None
+
+
+def _args(calls: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+@pytest.mark.parametrize("case", DSML_CASES, ids=[c["id"] for c in DSML_CASES])
+def test_v4_dsml_cases_written_by_the_served_model(
+    families: dict[str, Any], case: dict[str, Any]
+) -> None:
+    """Every public DSML case, written token by token by the served tiny V4 (the scripted
+    engine), through its real tokenizer, prompt encoder, parser and the router, streamed and
+    not."""
+    inp, exp = case["input"], case["expected"]
+    tokenizer = AutoTokenizer.from_pretrained(families["models"][V4])
+    cut = inp.get("engine_finish_reason") == "length"
+    thinking = inp.get("prompt_suffix", "").endswith("<think>")
+    request = {
+        "model": V4,
+        "messages": [{"role": "user", "content": script_marker(inp["raw"])}],
+        "tools": inp["tools"] or None,
+        "max_tokens": script_tokens(tokenizer, inp["raw"]) if cut else 512,
+        "temperature": 0,
+        "extra_body": {"chat_template_kwargs": {"thinking": thinking}},
+    }
+    client = _client(families)
+    answer = client.chat.completions.create(**request).choices[0]
+    whole = [(t["name"], t["arguments"]) for t in exp["tool_calls"]]
+    assert _args(answer.message.model_dump()["tool_calls"] or []) == whole
+    assert answer.finish_reason == exp["finish_reason"]
+    contents = exp.get("content_any_of", [exp.get("content")])
+    assert _text(answer.message.content) in [_text(c) for c in contents]
+    reasoning = answer.message.model_dump().get("reasoning_content")
+    assert _text(reasoning) == _text(exp.get("reasoning_content"))
+    chunks = list(client.chat.completions.create(**request, stream=True))
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason]
+    assert reasons == [exp["finish_reason"]]
+    streamed = accumulate(c.choices[0].delta.model_dump(exclude_none=True) for c in chunks)
+    assert _args(streamed["tool_calls"][: len(whole)]) == whole
+    for call in streamed["tool_calls"][len(whole) :]:  # cut off: streamed, never whole
+        assert cut
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(call["function"]["arguments"])
