@@ -148,4 +148,6 @@ class ChatTemplate:
         try:
             return self.encoder(messages, tools, resolved)
         except ValueError as exc:
-            raise OpenAIError(f"the prompt encoder rejected the messages: {exc}", param="messages")
+            raise OpenAIError(
+                f"the prompt encoder rejected the messages: {exc}", param="messages"
+            ) from None

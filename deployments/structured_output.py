@@ -27,8 +27,10 @@ from deployments.protocol.errors import OpenAIError
 from deployments.protocol.tools import ToolChoice, ToolDefinition
 from engine.constraints import GrammarConstraint
 
-
-NATIVE_TOOL_FORMATS: dict[str, str] = {"deepseek_v4": "deepseek_v4", "deepseek_v32": "deepseek_v3_2"}
+NATIVE_TOOL_FORMATS: dict[str, str] = {
+    "deepseek_v4": "deepseek_v4",
+    "deepseek_v32": "deepseek_v3_2",
+}
 """Tool parser -> xgrammar's structural-tag format of that markup, for parsers whose
 `required` / named calls are constrained to the model's own call syntax."""
 

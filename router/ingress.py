@@ -11,9 +11,9 @@ and, when preprocessing changed the request, `x-ascend-router-preprocess`. A req
 rate limit is answered 429 with `Retry-After`.
 
 Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat`,
-`completions`, `tokenize`, `detokenize` and `models`, which return the same objects as the HTTP bodies (`model_dump()`
-equals the JSON), or an async generator of chunks when the request streams (call with
-`handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
+`completions`, `tokenize`, `detokenize` and `models`, which return the same objects as the HTTP
+bodies (`model_dump()` equals the JSON), or an async generator of chunks when the request
+streams (call with `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
 when streaming). The Python API is not behind the API keys (nor their rate limits): it is
 reachable only from inside the Ray cluster.
 """
@@ -175,7 +175,9 @@ class Router:
     async def tokenize(self, request: dict[str, Any]) -> Any:
         """`/tokenize`: a `TokenizeResponse` (or `ErrorResponse`) for a chat (`messages`) or
         `prompt` body, routed as a chat or completion request would be."""
-        outcome = await self.gateway.route("tokenize", tokenize_schema(request), _unary(request), {})
+        outcome = await self.gateway.route(
+            "tokenize", tokenize_schema(request), _unary(request), {}
+        )
         return _python_result(outcome, False)
 
     async def detokenize(self, request: dict[str, Any]) -> Any:

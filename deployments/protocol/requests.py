@@ -5,8 +5,9 @@ Completions). Explicit JSON `null` means "use the default" for every optional fi
 unknown fields are ignored, as OpenAI does. A few vLLM extensions are accepted
 (`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`, `chat_template_kwargs`:
 extra variables for the model's chat template or prompt encoder, such as `thinking`).
-`reasoning_effort` is OpenAI's; models with a reasoning mode map it onto theirs. `tools`, `tool_choice`,
-`response_format` and assistant `tool_calls` are typed in `deployments.protocol.tools`.
+`reasoning_effort` is OpenAI's; models with a reasoning mode map it onto theirs. `tools`,
+`tool_choice`, `response_format` and assistant `tool_calls` are typed in
+`deployments.protocol.tools`.
 
 A request is validated once, at the router's edge (`deployments.protocol.validation`), and the
 validated model travels on to the model replica, whose code reads its typed fields.

@@ -238,7 +238,9 @@ def test_tokenize_equals_prefill_and_detokenize(client: openai.OpenAI, http: htt
     assert data["prompt"].rstrip().endswith("assistant")
     text = "The capital of France is"
     done = client.completions.create(model=MODEL, prompt=text, max_tokens=1)
-    plain = http.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False})
+    plain = http.post(
+        "/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}
+    )
     assert plain.json()["count"] == done.usage.prompt_tokens
     back = http.post("/detokenize", json={"model": MODEL, "tokens": plain.json()["tokens"]})
     assert back.json() == {"prompt": text}
@@ -246,8 +248,11 @@ def test_tokenize_equals_prefill_and_detokenize(client: openai.OpenAI, http: htt
     assert auto.status_code == 200 and len(auto.json()["token_strs"]) == auto.json()["count"]
     for path, body, param in [
         ("/tokenize", {"model": MODEL, "messages": []}, "messages"),
-        ("/tokenize", {"model": MODEL, "messages": PARIS, "chat_template_kwargs": {"tools": 1}},
-         "chat_template_kwargs"),
+        (
+            "/tokenize",
+            {"model": MODEL, "messages": PARIS, "chat_template_kwargs": {"tools": 1}},
+            "chat_template_kwargs",
+        ),
         ("/detokenize", {"model": MODEL, "tokens": [10**9]}, "tokens"),
         ("/detokenize", {"model": MODEL}, "tokens"),
     ]:
