@@ -13,8 +13,8 @@ rate limit is answered 429 with `Retry-After`.
 Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat`,
 `completions`, `tokenize`, `detokenize` and `models`, which return the same objects as the HTTP
 bodies (`model_dump()` equals the JSON), or an async generator of chunks when the request
-streams (call with `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the first stream item
-when streaming). The Python API is not behind the API keys (nor their rate limits): it is
+streams (call with `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the
+first stream item when streaming). The Python API is not behind the API keys (nor their rate limits): it is
 reachable only from inside the Ray cluster.
 """
 
