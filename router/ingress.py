@@ -14,8 +14,8 @@ Python callers use `serve.get_app_handle("ascend-router")` and the methods `chat
 `completions`, `tokenize`, `detokenize` and `models`, which return the same objects as the HTTP
 bodies (`model_dump()` equals the JSON), or an async generator of chunks when the request
 streams (call with `handle.options(stream=True)`); errors come back as an `ErrorResponse` (the
-first stream item when streaming). The Python API is not behind the API keys (nor their rate limits): it is
-reachable only from inside the Ray cluster.
+first stream item when streaming). The Python API is not behind the API keys (nor their rate
+limits): it is reachable only from inside the Ray cluster.
 """
 
 # FastAPI reads these annotations at runtime, so no `from __future__ import annotations`.
