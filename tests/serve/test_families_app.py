@@ -201,15 +201,16 @@ def test_v4_dsml_round_trip(families: dict[str, Any], tool_choice: Any) -> None:
 
 
 def test_v4_constrained_calls_always_parse(families: dict[str, Any]) -> None:
-    """52 seeded sampled generations (4 requests x n=13) under `required`: every one is one
-    valid call."""
+    """52 seeded sampled generations (4 requests x n=13) under `required` and a named choice:
+    every one is one valid call of the tool."""
     client = _client(families)
+    named = {"type": "function", "function": {"name": "get_forecast"}}
     for seed in range(4):
         resp = client.chat.completions.create(
             model=V4,
             messages=ASK,
             tools=[FORECAST],
-            tool_choice="required",
+            tool_choice="required" if seed % 2 else named,
             parallel_tool_calls=False,
             max_tokens=160,
             temperature=1.0,
