@@ -33,7 +33,7 @@ from deployments.protocol.responses import (
     DeltaMessage,
     Usage,
 )
-from deployments.protocol.tools import response_format_schema
+from deployments.protocol.tools import ToolChoice, response_format_schema
 from deployments.structured_output import (
     GrammarFactory,
     native_tool_choice_tag,
@@ -206,10 +206,11 @@ class ChatHandler:
 
         setup = None
         # a prompt that opens reasoning (DeepSeek-V4's thinking mode ends in `<think>`) is split
-        # into reasoning and content with or without tools
+        # into reasoning and content with or without tools; without tools no call is read (an
+        # explicit `tool_choice: "auto"` too: the model may have no tool parser at all)
         if tool_dicts or prompt_opens_reasoning(suffix):
             setup = ToolSetup(
-                choice,
+                choice if tool_dicts else ToolChoice("none"),
                 self.settings.tool_parser or "",
                 tool_dicts,
                 suffix,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployments.prompt_encoders import ENCODERS, resolve_options
+from deployments.prompt_encoders import ENCODERS, OptionError, resolve_options
 from deployments.protocol.errors import OpenAIError
 
 SHIPPED_TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -143,8 +143,8 @@ class ChatTemplate:
             resolved = resolve_options(
                 options.chat_template_kwargs, options.reasoning_effort, options.response_schema
             )
-        except ValueError as exc:
-            raise OpenAIError(str(exc), param="chat_template_kwargs") from None
+        except OptionError as exc:
+            raise OpenAIError(str(exc), param=exc.param) from None
         try:
             return self.encoder(messages, tools, resolved)
         except ValueError as exc:

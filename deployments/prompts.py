@@ -10,8 +10,10 @@ from engine.constraints import TokenConstraint
 from engine.sampling_params import SamplingParams
 
 
-def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
-    """Token ids of `text`.
+def encode_text(
+    tokenizer: Any, text: str, param: str, add_special_tokens: bool = False
+) -> list[int]:
+    """Token ids of `text`; with `add_special_tokens`, the tokenizer's own (such as BOS) too.
 
     Raises:
         OpenAIError: 400 naming `param` when the text is not valid Unicode (JSON's `\\ud800`
@@ -26,7 +28,7 @@ def encode_text(tokenizer: Any, text: str, param: str) -> list[int]:
             "character: send the pair, or the character itself",
             param=param,
         ) from None
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
 def completion_prompts(

@@ -47,12 +47,10 @@ class TokenizeHandler:
             rendered = await self.preparer.run(lambda: self.chat.render(request, plan))
             text, ids = rendered.text, rendered.prompt
         else:
-            text = request.prompt
-            if request.add_special_tokens:
-                encode_text(self.tokenizer, text, "prompt")  # the Unicode check
-                ids = await self.preparer.run(lambda: list(self.tokenizer.encode(text)))
-            else:
-                ids = await self.preparer.run(lambda: encode_text(self.tokenizer, text, "prompt"))
+            text, special = request.prompt, request.add_special_tokens
+            ids = await self.preparer.run(
+                lambda: encode_text(self.tokenizer, text, "prompt", special)
+            )
         strs = self.tokenizer.convert_ids_to_tokens(ids) if request.return_token_strs else None
         return TokenizeResponse(
             count=len(ids),

@@ -13,7 +13,7 @@ from typing import Any
 
 from deployments.prompt_encoders.deepseek_v4 import encode_deepseek_v4
 from deployments.prompt_encoders.deepseek_v32 import encode_deepseek_v32
-from deployments.prompt_encoders.options import EncodeOptions, resolve_options
+from deployments.prompt_encoders.options import EncodeOptions, OptionError, resolve_options
 
 Encoder = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, EncodeOptions], str]
 """`(messages, tools, options) -> prompt text`."""
@@ -28,6 +28,7 @@ __all__ = [
     "ENCODERS",
     "EncodeOptions",
     "Encoder",
+    "OptionError",
     "encode_deepseek_v32",
     "encode_deepseek_v4",
     "resolve_options",

@@ -49,11 +49,25 @@ class EncodeOptions:
             )
 
 
+class OptionError(ValueError):
+    """A request knob the encoders cannot take.
+
+    Attributes:
+        param: the request field to name in the error (`reasoning_effort`,
+            `chat_template_kwargs.thinking`, ...).
+    """
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def _flag(kwargs: dict[str, Any], key: str) -> bool | None:
     value = kwargs.get(key)
     if value is not None and not isinstance(value, bool):
-        raise ValueError(
+        raise OptionError(
             f"chat_template_kwargs.{key} must be true or false, not {value!r}",
+            f"chat_template_kwargs.{key}",
         )
     return value
 
@@ -87,34 +101,41 @@ def resolve_options(
             checkpoint's encoder, so not a request knob).
 
     Raises:
-        ValueError: `thinking`, `enable_thinking` or `drop_thinking` is not a boolean;
-            `thinking` and `enable_thinking` disagree; the effort is not a string or not a
-            known value; thinking is asked for with effort `none`; an unknown profile.
+        OptionError: naming the field: `thinking`, `enable_thinking` or `drop_thinking` is not
+            a boolean; `thinking` and `enable_thinking` disagree; the effort is not a string or
+            not a known value; thinking is asked for with effort `none`.
+        ValueError: an unknown profile.
     """
     kwargs = chat_template_kwargs or {}
     thinking = _flag(kwargs, "thinking")
     enable = _flag(kwargs, "enable_thinking")
     if thinking is not None and enable is not None and thinking != enable:
-        raise ValueError(
+        raise OptionError(
             "chat_template_kwargs.thinking and chat_template_kwargs.enable_thinking disagree; "
-            "send one of them"
+            "send one of them",
+            "chat_template_kwargs",
         )
     explicit = thinking if thinking is not None else enable
-    value = kwargs.get("reasoning_effort")
+    value, where = kwargs.get("reasoning_effort"), "chat_template_kwargs.reasoning_effort"
     if value is None:
-        value = reasoning_effort
+        value, where = reasoning_effort, "reasoning_effort"
     if value is not None and not isinstance(value, str):
-        raise ValueError(f"reasoning_effort must be a string, not {value!r}")
+        raise OptionError(f"reasoning_effort must be a string, not {value!r}", where)
     level = None
     if value == "none":
         if explicit:
-            raise ValueError(
+            raise OptionError(
                 "reasoning_effort 'none' turns thinking off, but chat_template_kwargs asks for "
-                "thinking; drop one of them"
+                "thinking; drop one of them",
+                where,
             )
         explicit = False
     elif value is not None:
-        level = effort.to_level(value, effort_profile)
+        effort.check_profile(effort_profile)
+        try:
+            level = effort.to_level(value, effort_profile)
+        except ValueError as exc:
+            raise OptionError(str(exc), where) from None
     drop = _flag(kwargs, "drop_thinking")
     return EncodeOptions(
         thinking=explicit if explicit is not None else level is not None,

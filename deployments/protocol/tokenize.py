@@ -11,7 +11,7 @@ them by the same policy. `return_prompt: true` adds the rendered prompt text.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -39,23 +39,25 @@ class TokenizeCompletionRequest(CompletionRequest):
 
 
 class DetokenizeRequest(CompletionRequest):
-    """`POST /detokenize`: `tokens` -> text (routed by the policy as a prompt of these ids)."""
+    """`POST /detokenize`: `tokens` -> text (routed by the policy as a prompt of these ids).
 
-    tokens: list[int] = Field(min_length=1)
+    `prompt` is not read from the body: it is set to `tokens` once they are valid, so errors
+    name `tokens[i]`, the field the client sent.
+    """
+
+    tokens: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] = Field(min_length=1)
     prompt: list[int] = Field(default_factory=list)  # = tokens, for the router's features
 
     @model_validator(mode="before")
     @classmethod
-    def _prompt_is_tokens(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("tokens"), list):
-            data = {**data, "prompt": data["tokens"]}
+    def _no_prompt(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "prompt" in data:
+            data = {k: v for k, v in data.items() if k != "prompt"}
         return data
 
     @model_validator(mode="after")
-    def _token_range(self) -> DetokenizeRequest:
-        bad = [t for t in self.tokens if not 0 <= t <= INT32_MAX]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is not a token id")
+    def _prompt_is_tokens(self) -> DetokenizeRequest:
+        self.prompt = list(self.tokens)
         return self
 
 

@@ -231,6 +231,8 @@ class FunctionCall(_Base):
                 json.loads(v)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"tool call arguments are not JSON: {exc}") from None
+            except RecursionError:  # not caught by pydantic: it would be a 500
+                raise ValueError("tool call arguments nest too deeply to be read") from None
         return v
 
     def arguments_object(self) -> JsonObject | None:

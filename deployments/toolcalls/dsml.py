@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 from deployments.toolcalls.base import ToolParser
 from deployments.toolcalls.dsml_invoke import DSML, INVOKE, INVOKE_END, PARAM_END, InvokeReader
 from deployments.toolcalls.reader import CallStatus
-from deployments.toolcalls.scan import Look, find_first, look_any, skip_ws
+from deployments.toolcalls.scan import Look, find_first, held_suffix_len, look_any, skip_ws
 from deployments.toolcalls.think import THINK_END, THINK_START
 
 BLOCK_SEP = "\n\n"  # written before every block; part of the markup, not content
-_CONTENT, _BLOCK, _INVOKE, _RAW = range(4)
+_CONTENT, _BLOCK, _INVOKE, _RAW, _TEXT = range(5)
 
 
 class DsmlParser(ToolParser):
@@ -101,8 +101,10 @@ class DsmlParser(ToolParser):
             return self._between(final)
         elif state == _INVOKE:
             return self._invoke(final)
-        else:
+        elif state == _RAW:
             return self._raw(final)
+        else:
+            return self._text(final)
         return True
 
     def _between(self, final: bool) -> bool:
@@ -125,10 +127,7 @@ class DsmlParser(ToolParser):
         elif tag:
             self._pos = p + len(tag)  # the opener repeated
         elif self._in_block and not self._valid:  # text in a block without a call: all text
-            hit = find_first(buf, self.CLOSERS, p)
-            if hit is None and not final:
-                return False
-            self._end_block(len(buf) if hit is None else hit[0] + len(hit[1]), text=True)
+            self._pos, self._state = p, _TEXT
         else:  # text after the calls, the block's closer missing: content
             self._pos, self._state = p, _CONTENT
         return True
@@ -161,8 +160,10 @@ class DsmlParser(ToolParser):
     def _raw(self, final: bool) -> bool:
         """An invoke that is no call: its raw text runs to its closer or the next invoke."""
         buf = self._buf
-        hit = find_first(buf, (INVOKE_END, INVOKE, *self.CLOSERS), self._pos)
+        ends = (INVOKE_END, INVOKE, *self.CLOSERS)
+        hit = find_first(buf, ends, self._pos)
         if hit is None and not final:
+            self._pos = len(buf) - held_suffix_len(buf, self._pos, ends)  # searched up to here
             return False
         stop = len(buf) if hit is None else hit[0]
         if hit is not None and hit[1] == INVOKE_END:
@@ -173,6 +174,16 @@ class DsmlParser(ToolParser):
         else:
             self._sink.fallback(buf[self._start : stop], index)
         self._pos, self._state = stop, _BLOCK
+        return True
+
+    def _text(self, final: bool) -> bool:
+        """Text in a block that has made no call: the block is text up to its closer."""
+        buf = self._buf
+        hit = find_first(buf, self.CLOSERS, self._pos)
+        if hit is None and not final:
+            self._pos = len(buf) - held_suffix_len(buf, self._pos, self.CLOSERS)
+            return False
+        self._end_block(len(buf) if hit is None else hit[0] + len(hit[1]), text=True)
         return True
 
     def _end_block(self, stop: int, text: bool = False) -> None:

@@ -127,7 +127,10 @@ def to_json(text: str, schema: dict[str, Any] | None) -> str:
         if kind == "boolean" and value.lower() in ("true", "false"):
             return value.lower()
         if kind == "integer" and _INTEGER.fullmatch(value):
-            return str(int(value))
+            try:
+                return str(int(value))
+            except ValueError:  # over Python's 4,300 digits: no client could read it either
+                continue
         if kind == "number" and _NUMBER.fullmatch(value):
             return value
         if kind in ("object", "array"):
@@ -140,8 +143,8 @@ def to_json(text: str, schema: dict[str, Any] | None) -> str:
 def _container(value: str, kind: type) -> str | None:
     """JSON text of `value` if it is a JSON (or Python-literal) object/array of `kind`."""
     try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
+        parsed = parse_json(value)
+    except ValueError:  # not JSON, nested too deeply, or an integer over 4,300 digits
         try:
             parsed = ast.literal_eval(value)  # models sometimes write {'a': 1} or True
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

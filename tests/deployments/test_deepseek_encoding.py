@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from importlib.resources import files
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from deployments.chat import ChatHandler, ChatSettings
+from deployments.chat_template import ChatTemplate, PromptOptions
 from deployments.family_tokenizers import (
     DEEPSEEK_V4_SPECIAL_TOKENS,
     FAMILY_TOKENIZERS,
@@ -25,10 +28,12 @@ from deployments.family_tokenizers import (
 from deployments.prompt_encoders import (
     ENCODERS,
     EncodeOptions,
+    OptionError,
     encode_deepseek_v4,
     encode_deepseek_v32,
     resolve_options,
 )
+from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
 from deployments.tool_history import normalize_history
 
@@ -281,21 +286,32 @@ def test_resolve_options_passes_drop_thinking_and_schema() -> None:
     assert options == EncodeOptions(thinking=False, drop_thinking=False, response_format=schema)
 
 
+KW = "chat_template_kwargs"
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "effort", "match"),
+    ("kwargs", "effort", "match", "param"),
     [
-        ({"thinking": "yes"}, None, "chat_template_kwargs.thinking must be true or false"),
-        ({"enable_thinking": 1}, None, "enable_thinking must be true or false"),
-        ({"drop_thinking": "no"}, None, "drop_thinking must be true or false"),
-        ({"thinking": True, "enable_thinking": False}, None, "disagree"),
-        ({"thinking": True}, "none", "'none' turns thinking off"),
-        (None, "extreme", "reasoning_effort 'extreme' is not supported"),
-        ({"reasoning_effort": 3}, None, "reasoning_effort must be a string"),
+        ({"thinking": "yes"}, None, f"{KW}.thinking must be true or false", f"{KW}.thinking"),
+        ({"enable_thinking": 1}, None, "enable_thinking must be", f"{KW}.enable_thinking"),
+        ({"drop_thinking": "no"}, None, "drop_thinking must be", f"{KW}.drop_thinking"),
+        ({"thinking": True, "enable_thinking": False}, None, "disagree", KW),
+        ({"thinking": True}, "none", "'none' turns thinking off", "reasoning_effort"),
+        (None, "extreme", "'extreme' is not supported", "reasoning_effort"),
+        ({"reasoning_effort": "x"}, "high", "'x' is not supported", f"{KW}.reasoning_effort"),
+        ({"reasoning_effort": 3}, None, "must be a string", f"{KW}.reasoning_effort"),
     ],
 )
-def test_resolve_options_rejects(kwargs, effort, match) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_resolve_options_rejects_naming_the_field(kwargs, effort, match, param) -> None:
+    with pytest.raises(OptionError, match=match) as exc:
         resolve_options(kwargs, effort, None)
+    assert exc.value.param == param
+    # as the chat endpoint answers it: a 400 naming the field the client sent
+    template = ChatTemplate(SimpleNamespace(chat_template=None), family="deepseek_v4")
+    options = PromptOptions(kwargs or {}, effort)
+    with pytest.raises(OpenAIError, match=match) as http:
+        template.render([{"role": "user", "content": "hi"}], None, options)
+    assert http.value.status_code == 400 and http.value.param == param
 
 
 def test_resolve_options_rejects_unknown_profile() -> None:
@@ -330,3 +346,27 @@ def test_v4_token_ids_and_visible_tags(ours, package_tokenizer) -> None:
     assert ours.eos_token == EOS
     assert FAMILY_TOKENIZERS["deepseek_v4"] is deepseek_v4_tokenizer
     assert FAMILY_TOKENIZERS["deepseek_v32"] is deepseek_v4_tokenizer
+
+
+# --- the chat handler ----------------------------------------------------------------------
+
+
+def test_thinking_prompt_without_tools_is_split_even_with_tool_choice_auto(ours) -> None:
+    """A thinking-mode prompt without tools reads no calls, whatever `tool_choice` says: with
+    `auto` it used to ask the registry for the parser of a deployment that has none (a 500)."""
+    engine = SimpleNamespace(max_model_len=4096, vocab_size=len(ours))
+    template = ChatTemplate(ours, family="deepseek_v4")
+    settings = ChatSettings("m", tool_parser=None)
+    handler = ChatHandler(engine, ours, template, None, settings, None)  # type: ignore[arg-type]
+    request = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tool_choice": "auto",
+            "chat_template_kwargs": {"thinking": True},
+        }
+    )
+    setup = handler._prepare(request, None, None).setup
+    assert setup is not None and setup.choice.kind == "none"
+    out = setup.output()
+    assert out.push("plan</think>answer") == [{"reasoning_content": "plan"}, {"content": "answer"}]

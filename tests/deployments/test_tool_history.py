@@ -93,8 +93,13 @@ def test_lenient_mode_accepts_loose_pairing() -> None:
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
-    [("{not json", "not JSON"), ('{"a": 1', "not JSON"), (7, "valid")],
-    ids=["args-not-json", "args-unclosed", "args-number"],
+    [
+        ("{not json", "not JSON"),
+        ('{"a": 1', "not JSON"),
+        (7, "valid"),
+        ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nest too deeply"),  # a RecursionError: 500
+    ],
+    ids=["args-not-json", "args-unclosed", "args-number", "args-nested-deeply"],
 )
 def test_bad_call_shapes_are_400_when_the_request_is_parsed(args: Any, fragment: str) -> None:
     body = {"messages": [USER, {"role": "assistant", "tool_calls": [call("a", args)]}]}

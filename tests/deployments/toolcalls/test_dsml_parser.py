@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from toolcall_cases import MARKUP, Run, random_chunks, run_chunks, summary
 
 from deployments.prompt_encoders.dsml import invoke as write_invoke
+from deployments.toolcalls import dsml
 from deployments.toolcalls.assemble import accumulate, finish_reason
 from deployments.toolcalls.events import ToolCallAbort, ToolCallArgsDelta, ToolCallStart
 from deployments.toolcalls.schema_values import flagged_to_json
@@ -442,6 +443,49 @@ def test_json_body_instead_of_parameters() -> None:
     bad = '<｜DSML｜invoke name="get_weather">\n{"city": "Oslo"}\n' + p("days", "3", False)
     run = parse(block(bad + "</｜DSML｜invoke>\n"))
     assert calls(run) == [] and run.voided == {0}
+
+
+# Hostile output: never an exception, never quadratic.
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "kept"),
+    [
+        ("units", "[" * 3000 + "]" * 3000, True),  # deeper than json.loads can recurse
+        ("units", "{'a': " * 300 + "1" + "}" * 300, True),  # a Python literal as deep
+        ("days", "1" * 5000, True),  # an integer over Python's 4,300 digits
+        ("units", "[" + "1" * 5000 + "]", True),
+        ("days", "12", False),
+    ],
+)
+def test_values_no_client_could_read_stay_text(name: str, value: str, kept: bool) -> None:
+    run = parse(block(inv("get_weather", p(name, value, string=False))))
+    assert calls(run) == [("get_weather", {name: value if kept else 12})]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "\n\n<｜DSML｜tool_calls>\n" + "text in a block " * 1250,  # a block without a call
+        "\n\n<｜DSML｜tool_calls>\n" + inv("nope", p("a", "x" * 20_000)),  # no call: raw text
+        '<｜DSML｜invoke name="get_time">\n' + "prose " * 3500,  # a bare invoke, then text
+    ],
+)
+def test_text_held_in_markup_is_scanned_once(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fed one character at a time, markup that turns out to be text is searched from where the
+    last search stopped, not from its start again (that was quadratic: minutes at 1 MB)."""
+    scanned = 0
+    find_first = dsml.find_first
+
+    def counting(buf: str, markers: Any, start: int) -> tuple[int, str] | None:
+        nonlocal scanned
+        scanned += len(buf) - start
+        return find_first(buf, markers, start)
+
+    monkeypatch.setattr(dsml, "find_first", counting)
+    run = run_chunks("deepseek_v4", TOOLS, list(raw), CHAT)
+    assert content(run) == raw.strip() and not run.message["tool_calls"]
+    assert scanned < 4 * len(raw)
 
 
 # Property: what the prompt encoder writes, the parser reads back, in any chunking.
