@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from deployments.protocol.tools import parse_tool_choice
+from deployments.structured_output import NATIVE_TOOL_FORMATS
 from deployments.tool_output import ToolOutput
 from deployments.toolcalls.assemble import accumulate, assemble, parse_text
 from deployments.toolcalls.choice import finalize, parser_for_choice
@@ -68,8 +69,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--constrained",
         action="store_true",
-        help="the output was produced under constrained decoding for "
-        "'required' (a JSON array of calls) or a named function (its arguments)",
+        help="the output was produced under constrained decoding for 'required' (a JSON "
+        "array of calls) or a named function (its arguments); DSML parsers are constrained "
+        "to their own markup, so this changes nothing for them",
     )
     parser.add_argument(
         "--engine-finish-reason",
@@ -116,7 +118,8 @@ def _parse(args: argparse.Namespace) -> dict[str, Any]:
     tools = _load_tools(args.tools) if args.tools else None
     try:
         choice = parse_tool_choice(_tool_choice(args.tool_choice), tools)
-        parser = parser_for_choice(choice, name, tools, args.prompt_suffix, args.constrained)
+        json_shaped = args.constrained and name not in NATIVE_TOOL_FORMATS  # as the server does
+        parser = parser_for_choice(choice, name, tools, args.prompt_suffix, json_shaped)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     text = _read_stdin()

@@ -34,7 +34,9 @@ Malformed output seen in the field (PROTOCOL.md, section DSML, has the same rule
 * text after a block is content (S6), not dropped as the reference decoder's strictness would
   have it (vllm-project/vllm#55954); text inside a block after a call ends the block;
 * an invoke whose closer is missing is closed by the block's closer; one cut by the output's end
-  is void (its raw text becomes content), the finished invokes before it stay (S7).
+  is void (its raw text becomes content), the finished invokes before it stay (S7); a closer cut
+  by the output's end after the last invoke is dropped, also when the cut split its `｜`
+  (3 UTF-8 bytes, which the detokenizer then ends with U+FFFD).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from deployments.toolcalls.scan import Look, find_first, held_suffix_len, look_a
 from deployments.toolcalls.think import THINK_END, THINK_START
 
 BLOCK_SEP = "\n\n"  # written before every block; part of the markup, not content
+REPLACEMENT_CHAR = "\ufffd"  # what the detokenizer makes of a character cut by the output's end
 _CONTENT, _BLOCK, _INVOKE, _RAW, _TEXT = range(5)
 
 
@@ -115,7 +118,12 @@ class DsmlParser(ToolParser):
             if final:
                 self._end_block(p)
             return final
-        look, tag = look_any(buf, p, (INVOKE, *self.CLOSERS, *self.OPENERS))
+        markers = (INVOKE, *self.CLOSERS, *self.OPENERS)
+        look, tag = look_any(buf, p, markers)
+        if look is Look.FAIL:  # `｜` cut in half by the output's end decodes as U+FFFD: held
+            cut = buf[p:].rstrip(REPLACEMENT_CHAR)
+            if len(cut) < len(buf) - p and look_any(cut, 0, markers)[0] is not Look.FAIL:
+                look = Look.PARTIAL
         if look is Look.PARTIAL:  # at the output's end: markup cut off, the block ends
             if final:
                 self._end_block(len(buf))

@@ -523,3 +523,19 @@ def test_encoder_output_round_trips(
         assert not run.voided and not any(
             isinstance(e, ToolCallAbort) for b in run.feeds for e in b
         )
+
+
+@pytest.mark.parametrize(
+    "tail", ["\n</", "\n</\ufffd", "\n</｜DSML\ufffd", "\n\ufffd", "\n</｜DSML｜tool"]
+)
+def test_block_closer_cut_by_the_output_end_is_dropped(tail: str) -> None:
+    """`max_tokens` ends the output inside the block's closer, after the last invoke; a `｜` cut
+    in half decodes as U+FFFD. The finished call stays, and no piece of the closer is content."""
+    run = parse("\n\n<｜DSML｜tool_calls>\n" + OSLO + tail)
+    assert calls(run) == [("get_weather", {"city": "Oslo", "days": 3})]
+    assert content(run) is None
+
+
+def test_text_ending_in_a_cut_character_after_a_call_stays_content() -> None:
+    run = parse("\n\n<｜DSML｜tool_calls>\n" + OSLO + "\nDone \ufffd")
+    assert content(run) == "Done \ufffd"
