@@ -194,13 +194,14 @@ class ChatHandler:
                 request.parallel_tool_calls,
                 prompt_opens_reasoning(suffix),
             )
-        schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
-        param = "tools"
-        if schema is None:
-            schema, param = response_format_schema(request.response_format), "response_format"
+        schema, param = None, "tools"
+        if native is None:  # else the family's own call markup instead of the JSON call list
+            schema = tool_choice_schema(choice, request.tools or [], request.parallel_tool_calls)
+            if schema is None:
+                schema, param = response_format_schema(request.response_format), "response_format"
 
         def constraint() -> TokenConstraint | None:
-            if native is not None:  # the family's own call markup instead of the JSON call list
+            if native is not None:
                 return self.grammars.tag_constraint(native, "tools")
             return self.grammars.constraint(schema, param) if schema is not None else None
 

@@ -31,6 +31,19 @@ def encode_text(
     return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
+def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
+    """Check that every id is a row of the model's vocabulary.
+
+    Raises:
+        OpenAIError: 400 naming `param` and the first id outside `[0, vocab_size)`.
+    """
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise OpenAIError(
+            f"{param} token id {bad[0]} is outside the vocabulary [0, {vocab_size})", param=param
+        )
+
+
 def completion_prompts(
     tokenizer: Any, request: CompletionRequest, vocab_size: int
 ) -> list[list[int]]:
@@ -53,12 +66,7 @@ def completion_prompts(
         ids = encode_text(tokenizer, item, "prompt") if isinstance(item, str) else item
         if not ids:
             raise OpenAIError("prompt must not be empty", param="prompt")
-        bad = [t for t in ids if not 0 <= t < vocab_size]
-        if bad:
-            raise OpenAIError(
-                f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab_size})",
-                param="prompt",
-            )
+        check_token_ids(ids, vocab_size, "prompt")
         out.append(list(ids))
     return out
 
@@ -104,15 +112,8 @@ def sampling_params(
             param=param,
             code="context_length_exceeded",
         )
-    bias: dict[int, float] = {}
-    for key, value in (request.logit_bias or {}).items():
-        tid = int(key)
-        if not 0 <= tid < vocab_size:
-            raise OpenAIError(
-                f"logit_bias token id {tid} is outside the vocabulary [0, {vocab_size})",
-                param="logit_bias",
-            )
-        bias[tid] = value
+    bias = {int(key): value for key, value in (request.logit_bias or {}).items()}
+    check_token_ids(list(bias), vocab_size, "logit_bias")
     if isinstance(request, ChatCompletionRequest):
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         prompt_lp = None

@@ -177,6 +177,7 @@ class ModelServer:
 
     async def _serve(
         self,
+        what: str,
         request: Req | dict[str, Any],
         model: type[Req],
         complete: Handler[Req],
@@ -184,13 +185,13 @@ class ModelServer:
         sse: bool,
         lora: LoraSpec | None,
     ) -> Any:
-        """One request: a response or a stream; every failure becomes an `ErrorResponse`
-        (request errors 4xx; an engine that is not running 503 `engine_unavailable`; anything
-        unexpected an opaque 500 `internal_error`, its traceback logged under the request id).
-        With `sse`, a stream's items after the first are SSE bytes (`deployments.sse_relay`).
-        `lora`: the adapter it runs under (loaded first if this replica lacks it)."""
-        rid = current_request_id()
-        try:
+        """One `what` request: a response or a stream; every failure becomes an `ErrorResponse`
+        (see `_answer`; an engine that is not running is 503 `engine_unavailable`), the first
+        item of a stream when the request streams. With `sse`, a stream's items after the first
+        are SSE bytes (`deployments.sse_relay`). `lora`: the adapter it runs under (loaded first
+        if this replica lacks it)."""
+
+        async def run() -> Any:
             dead = self.engine.dead_reason()
             if dead is not None:
                 raise engine_unavailable(dead)
@@ -202,12 +203,11 @@ class ModelServer:
                 items = _guarded(await stream(req, adapter), self.where)
                 return sse_batches(items, self.batching_interval_s) if sse else items
             return await complete(req, adapter)
-        except OpenAIError as exc:
-            err = exc.response()
-        except Exception:
-            logger.exception("request %s failed in %s", rid, self.where)
-            err = internal_error(rid, self.where).response()
-        return _single(err) if wants_stream(request) else err
+
+        result = await self._answer(what, run())
+        if isinstance(result, ErrorResponse) and wants_stream(request):
+            return _single(result)
+        return result
 
     async def chat(
         self,
@@ -230,7 +230,9 @@ class ModelServer:
         def stream(req: ChatCompletionRequest, adapter: str | None) -> Awaitable[Any]:
             return h.stream(req, preprocess, adapter)
 
-        return await self._serve(request, ChatCompletionRequest, complete, stream, sse, lora)
+        return await self._serve(
+            "chat", request, ChatCompletionRequest, complete, stream, sse, lora
+        )
 
     async def completions(
         self,
@@ -241,7 +243,9 @@ class ModelServer:
         """Legacy completion: a `Completion` or a stream of them; errors, `sse` and `lora` as
         for `chat`."""
         h = self.completion_handler
-        return await self._serve(request, CompletionRequest, h.complete, h.stream, sse, lora)
+        return await self._serve(
+            "completions", request, CompletionRequest, h.complete, h.stream, sse, lora
+        )
 
     async def tokenize(
         self,
@@ -265,8 +269,9 @@ class ModelServer:
         return await self._answer("detokenize", run())
 
     async def _answer(self, what: str, work: Awaitable[T]) -> T | ErrorResponse:
-        """`work`'s result; a request error as its `ErrorResponse`, anything else an opaque 500
-        logged under the request id."""
+        """`work`'s result, or its failure as an `ErrorResponse`: a request error (4xx) as it is,
+        anything unexpected an opaque 500 `internal_error`, its traceback logged under the
+        request id (the replica keeps serving)."""
         try:
             return await work
         except OpenAIError as exc:

@@ -8,8 +8,7 @@ from typing import Any
 
 from deployments.chat import ChatHandler
 from deployments.preparation import Preparer
-from deployments.prompts import encode_text
-from deployments.protocol.errors import OpenAIError
+from deployments.prompts import check_token_ids, encode_text
 from deployments.protocol.preprocess import PreprocessPlan
 from deployments.protocol.tokenize import (
     DetokenizeRequest,
@@ -66,10 +65,5 @@ class TokenizeHandler:
         Raises:
             OpenAIError: 400 for an id outside the model's vocabulary.
         """
-        vocab = self.chat.engine.vocab_size
-        bad = [t for t in request.tokens if not 0 <= t < vocab]
-        if bad:
-            raise OpenAIError(
-                f"token id {bad[0]} is outside the vocabulary [0, {vocab})", param="tokens"
-            )
+        check_token_ids(request.tokens, self.chat.engine.vocab_size, "tokens")
         return DetokenizeResponse(prompt=self.tokenizer.decode(request.tokens))

@@ -150,9 +150,6 @@ def encode_deepseek_v32(
             system message.
     """
     items = read_messages(messages)
-    for m in items:
-        if m.role == "developer" and not m.content:
-            raise ValueError(f"messages[{m.index}] is a developer message with no content")
     items = with_system_carrier(items, bool(tools) or bool(options.response_format))
     thinking = options.thinking
     last_user = last_user_index([m.role for m in items])

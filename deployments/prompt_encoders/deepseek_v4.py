@@ -146,9 +146,6 @@ def encode_deepseek_v4(
             f"messages[{items[-1].index}] is a system message: the conversation must end with a "
             "user, developer, tool or assistant message"
         )
-    for m in items:
-        if m.role == "developer" and not m.content:
-            raise ValueError(f"messages[{m.index}] is a developer message with no content")
     items = with_system_carrier(items, bool(tools) or bool(options.response_format))
     turns = _fold(items)
     _sort_results(turns)

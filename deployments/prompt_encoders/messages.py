@@ -99,7 +99,8 @@ def read_messages(messages: list[dict[str, Any]]) -> list[Message]:
     Raises:
         ValueError: no messages; an unknown role; a non-string content or reasoning; a call
             without a name or with arguments that are not an object; a tool message whose
-            `tool_call_id` answers no call of the latest assistant message.
+            `tool_call_id` answers no call of the latest assistant message; a developer message
+            with no content (both encoders render it as a user turn of its own).
     """
     if not messages:
         raise ValueError("messages is empty: a prompt needs at least one message")
@@ -123,6 +124,8 @@ def read_messages(messages: list[dict[str, Any]]) -> list[Message]:
                     "latest assistant message"
                 )
             out.append(Message(i, role, content, call_id=call_id))
+        elif role == "developer" and not content:
+            raise ValueError(f"messages[{i}] is a developer message with no content")
         else:
             out.append(Message(i, role, content))
     return out
