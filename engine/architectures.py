@@ -32,6 +32,10 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "phi3": "K/V attention from one fused qkv projection",
     "deepseek_v2": "MLA cached as its latent (engine.mla_attention), softmax MoE",
     "deepseek_v3": "MLA as V2, grouped sigmoid MoE, optional MTP layer",
+    "deepseek_v4": (
+        "sliding-window + compressed/indexed shared-KV attention on the hybrid cache "
+        "(engine.deepseek_v4), hash and sqrt-softplus MoE, hyper-connections"
+    ),
 }
 """`model_type` -> why the engine can serve it (the attention path that handles it)."""
 
@@ -39,9 +43,6 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "deepseek_v32": (
         "its DeepSeek Sparse Attention picks each query's keys with a lightning indexer, which "
         "needs an indexer-key cache and top-k sparse attention we do not have"
-    ),
-    "deepseek_v4": (
-        "its hybrid sliding-window/compressed attention needs a KV cache we do not have yet"
     ),
     "deepseek_v41": (
         "this transformers version has no model class for it, and the engine builds every model "

@@ -11,17 +11,18 @@ chained from its prefix, `sha256(parent_digest | block_token_ids | extra_key)`, 
 the same leading tokens share those blocks (reference counts). A 256-bit digest makes a collision,
 which would hand one request another's KV, practically impossible; Python's 64-bit `hash()` of the
 same tuple did not (vLLM moved to sha256 for the same reason). A block whose count drops to zero
-keeps its KV and hash and goes to the free pool in least-recently-used order; it is reused on a
-later hit or evicted (its hash forgotten) when the pool hands it out for new tokens.
+keeps its KV and hash in the free pool (`engine.block_pool`) until a later hit reuses it or new
+tokens evict it. `engine.hybrid_block_manager` adds a second, sliding-window pool for models whose
+cache has kinds of two lifetimes (DeepSeek-V4).
 """
 
 from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from engine.block_pool import BlockPool
 from engine.sequence import Sequence
 
 
@@ -39,7 +40,7 @@ class PrefixCacheStats:
 
 
 class BlockManager:
-    """Allocates KV blocks to sequences.
+    """Allocates KV blocks to sequences (their `block_table`).
 
     Args:
         num_blocks: blocks in the cache.
@@ -48,6 +49,9 @@ class BlockManager:
 
     Running out of blocks is a return value (`False`), never an exception: the scheduler then
     waits or preempts.
+
+    Raises:
+        ValueError: `num_blocks` or `block_size` is not positive.
     """
 
     def __init__(
@@ -58,16 +62,13 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.ref_counts = [0] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._hash_of: list[bytes | None] = [None] * num_blocks
-        self._cached: dict[bytes, int] = {}  # block digest -> block id
+        self.pool = BlockPool(num_blocks)
         self.stats = PrefixCacheStats()
 
     @property
     def num_free_blocks(self) -> int:
         """Blocks with no reference (cached ones included: they can be evicted)."""
-        return len(self._free)
+        return self.pool.num_free
 
     def blocks_needed(self, num_tokens: int) -> int:
         """Blocks that hold `num_tokens` tokens."""
@@ -77,7 +78,7 @@ class BlockManager:
         """Whether a sequence of `num_tokens` tokens fits in the whole cache."""
         return self.blocks_needed(num_tokens) <= self.num_blocks
 
-    def _chain(self, seq: Sequence, upto_blocks: int) -> list[bytes]:
+    def chain(self, seq: Sequence, upto_blocks: int) -> list[bytes]:
         """Digests of the sequence's first `upto_blocks` full blocks (memoised on the sequence)."""
         tokens = seq.token_ids()
         bs = self.block_size
@@ -102,15 +103,12 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return 0
         full = (seq.num_tokens - 1) // self.block_size
-        for h in self._chain(seq, full):
+        for h in self.chain(seq, full):
             self.stats.queries += 1
-            block = self._cached.get(h)
+            block = self.pool.take_cached(h)
             if block is None:
                 break
             self.stats.hits += 1
-            if self.ref_counts[block] == 0:
-                del self._free[block]
-            self.ref_counts[block] += 1
             seq.block_table.append(block)
         seq.num_computed_tokens = len(seq.block_table) * self.block_size
         return seq.num_computed_tokens
@@ -124,17 +122,9 @@ class BlockManager:
         missing = self.blocks_needed(num_tokens) - len(seq.block_table)
         if missing <= 0:
             return True
-        if missing > len(self._free):
+        if missing > self.pool.num_free:
             return False
-        for _ in range(missing):
-            block, _ = self._free.popitem(last=False)  # least recently used first
-            assert self.ref_counts[block] == 0, f"free block {block} has references"
-            old = self._hash_of[block]
-            if old is not None:  # evict: its KV is about to be overwritten
-                del self._cached[old]
-                self._hash_of[block] = None
-            self.ref_counts[block] = 1
-            seq.block_table.append(block)
+        seq.block_table.extend(self.pool.allocate() for _ in range(missing))
         return True
 
     def commit(self, seq: Sequence) -> None:
@@ -142,11 +132,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         full = seq.num_computed_tokens // self.block_size
-        for i, h in enumerate(self._chain(seq, full)):
-            block = seq.block_table[i]
-            if self._hash_of[block] is None and h not in self._cached:
-                self._hash_of[block] = h
-                self._cached[h] = block
+        for i, h in enumerate(self.chain(seq, full)):
+            self.pool.register(seq.block_table[i], h)
 
     def trim(self, seq: Sequence) -> None:
         """Release the blocks past those `seq.num_tokens` tokens need: after a speculative
@@ -155,23 +142,18 @@ class BlockManager:
         tokens lie past `num_computed_tokens`)."""
         keep = self.blocks_needed(seq.num_tokens)
         for block in reversed(seq.block_table[keep:]):
-            assert self.ref_counts[block] == 1, f"a draft block {block} is shared"
-            assert self._hash_of[block] is None, f"a draft block {block} is in the prefix cache"
-            self.ref_counts[block] = 0
-            self._free[block] = None
-            self._free.move_to_end(block, last=False)  # nothing cached: reuse these first
+            assert self.pool.ref_counts[block] == 1, f"a draft block {block} is shared"
+            assert self.pool.digest_of[block] is None, f"a draft block {block} is cached"
+            self.pool.release(block, reuse_first=True)  # nothing cached: reuse these first
         del seq.block_table[keep:]
 
     def free(self, seq: Sequence) -> None:
         """Release every block of `seq` (on finish, abort or preemption)."""
         for block in reversed(seq.block_table):
-            assert self.ref_counts[block] > 0, f"double free of block {block}"
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                self._free[block] = None  # most recently used end
+            self.pool.release(block)
         seq.block_table = []
         seq.num_computed_tokens = 0
 
     def usage(self) -> float:
         """Fraction of blocks referenced by running sequences, in [0, 1]."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.pool.num_free / self.num_blocks

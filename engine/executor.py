@@ -13,7 +13,7 @@ import torch
 
 from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from engine.kv_cache import AnyKVSpec, allocate_kv_caches
 from engine.lora.adapter import LoraAdapter
 from engine.lora.model import LoraModel
 from engine.model_loader import weight_bytes
@@ -83,7 +83,7 @@ class ModelShard:
     def __init__(
         self,
         model: torch.nn.Module,
-        spec: KVCacheSpec,
+        spec: AnyKVSpec,
         block_size: int,
         device: torch.device,
         graphs: DecodeGraphSpec | None = None,
@@ -114,6 +114,7 @@ class ModelShard:
                 [list(range(blocks))],
                 [num_tokens - 1],
                 [num_tokens],
+                sliding_tables=(tuple(range(blocks)),) if self.spec.hybrid else (),
             )
         )
         platform.synchronize()

@@ -4,6 +4,7 @@ transformers calls our attention function and our linears with tensors only, so 
 facts they need travel in a thread-local `ForwardContext` (vLLM's "forward context"):
 - `attention`: the paged-attention metadata (block tables, slots, masks).
 - `lora`: which rows run under which LoRA adapter (`engine.lora`).
+- `hybrid`: DeepSeek-V4's step indices into its hybrid cache (`engine.deepseek_v4`).
 - `prompt_rows` / `generated_rows`: which tokens of the flattened batch are prompt tokens and
   which were generated. A token's layer inputs are computed by the same kernels whatever batch
   it shares (an int4 layer sends generated tokens through the int4 GEMV and prompt tokens
@@ -21,6 +22,7 @@ import torch
 
 if TYPE_CHECKING:
     from engine.attention import AttentionMetadata
+    from engine.deepseek_v4.step_indices import HybridStep
     from engine.lora.batch import LoraBatch
 
 
@@ -34,12 +36,15 @@ class ForwardContext:
         generated_rows: `[G]` int64, positions of generated tokens (`P + G = T`).
         lora: the step's rows per LoRA adapter (`engine.lora.layer.LoraLinear` reads it); None
             when every row runs on the base model (always so in graph steps).
+        hybrid: the step's positions and both block tables of a hybrid KV cache
+            (`engine.deepseek_v4.step_indices`); None for other models.
     """
 
     attention: AttentionMetadata
     prompt_rows: torch.Tensor
     generated_rows: torch.Tensor
     lora: LoraBatch | None = None
+    hybrid: HybridStep | None = None
 
 
 _local = threading.local()

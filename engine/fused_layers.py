@@ -18,6 +18,9 @@ checkpoint in its own layout; `use_fused_layers` then swaps, module by module:
   `mla_prolog` and `mla_decode_attention` over the latent KV cache. Not optional: the engine
   sizes and allocates these models' cache as the latent (`engine.kv_cache`), which transformers'
   expanded attention cannot read.
+- DeepSeek-V4's attention for `engine.deepseek_v4.attention.V4Attention`: ops `kv_compress`,
+  `lightning_indexer` and `sparse_shared_kv_attention` over the hybrid cache. Not optional
+  either, for the same reason.
 
 Merging needs plain `nn.Linear` parts (float checkpoints, before int4 quantisation); W8A8 linears
 or tensor-parallel shards that are not plain stay separate and their outputs are concatenated.
@@ -38,6 +41,7 @@ import torch
 from torch import nn
 
 from engine.attention import paged_attention
+from engine.deepseek_v4.attention import V4_ATTENTIONS, V4Attention
 from engine.fused_moe import EXPERTS, RegistryExperts, registry_router
 from engine.mla_attention import MLA_ATTENTIONS, MLAAttention
 from npu_ops.ops import active_ops
@@ -244,6 +248,8 @@ def use_fused_layers(model: nn.Module) -> Counter[str]:
             replacement = RegistryAttention(module)
         elif kind in MLA_ATTENTIONS:
             replacement = MLAAttention(module)
+        elif kind in V4_ATTENTIONS:
+            replacement = V4Attention(module)
         elif kind in EXPERTS:
             replacement = RegistryExperts(module)
         elif kind.endswith("TopkRouter") or kind.endswith("TopKRouter"):

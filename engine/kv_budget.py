@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from configs.engine_config import EngineConfig
-from engine.kv_cache import KVCacheSpec
+from engine.kv_cache import AnyKVSpec, KVCacheSpec
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class MemoryProfile:
 
 def num_kv_blocks(
     config: EngineConfig,
-    spec: KVCacheSpec,
+    spec: AnyKVSpec,
     max_model_len: int,
     profile: MemoryProfile | None,
     draft: KVCacheSpec | None = None,
@@ -65,14 +65,18 @@ def num_kv_blocks(
     per_block = spec.bytes_per_block(config.block_size)
     if draft is not None:
         per_block += draft.bytes_per_block(config.block_size)
+    # a hybrid cache's sliding-window pool is a fixed allotment, taken off the budget first
+    sliding = 0
+    if spec.hybrid:
+        sliding = spec.sliding_blocks * spec.sliding_bytes_per_block(config.block_size)  # type: ignore[union-attr]
     if config.num_kv_blocks is not None:
         blocks, source = config.num_kv_blocks, "num_kv_blocks (hand-set)"
     elif profile is None:
-        blocks = config.kv_cache_memory_bytes // per_block
+        blocks = max(0, config.kv_cache_memory_bytes - sliding) // per_block
         source = f"kv_cache_memory_bytes={config.kv_cache_memory_bytes / GiB:.3f} GiB (CPU)"
     else:
         allowed = int(profile.total * config.gpu_memory_utilization)
-        kv_bytes = allowed - profile.weights - profile.peak_activations
+        kv_bytes = allowed - profile.weights - profile.peak_activations - sliding
         source = (
             f"device {profile.total / GiB:.2f} GiB x gpu_memory_utilization="
             f"{config.gpu_memory_utilization} - weights {profile.weights / GiB:.2f} GiB - peak "
@@ -84,12 +88,14 @@ def num_kv_blocks(
                 "lower max_num_batched_tokens, or use more tensor-parallel ranks"
             )
         blocks = kv_bytes // per_block
+    if sliding:
+        source += f"; sliding-window pool {spec.sliding_blocks} blocks = {sliding / GiB:.3f} GiB"  # type: ignore[union-attr]
     tokens = blocks * config.block_size
     logger.info(
-        "KV cache: %s; %d bytes/token (%s), %d bytes/block (block_size=%d) -> %d blocks = %d "
+        "KV cache: %s; %g bytes/token (%s), %d bytes/block (block_size=%d) -> %d blocks = %d "
         "tokens = %.2f sequences at max_model_len=%d",
         source,
-        per_block // config.block_size,
+        per_block / config.block_size,
         spec.describe() + ("" if draft is None else f"; drafting model {draft.describe()}"),
         per_block,
         config.block_size,

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from transformers import PretrainedConfig
+
+if TYPE_CHECKING:
+    from engine.deepseek_v4.cache import HybridKVSpec
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,11 @@ class KVCacheSpec:
         dtype: cache element type.
         latent: the per-layer cache pair is MLA's `(c_kv, k_pe)` rather than `(K, V)`; the same
             on every tensor-parallel rank.
+        name: the kind, in logs and plans (`kv` for the one kind of a standard model).
+        compress_ratio: tokens per cached entry (DeepSeek-V4's compressed kinds: 4, 128);
+            1 for per-token kinds.
+        sliding: the kind is read only for the last tokens of a sequence and lives in a
+            hybrid cache's sliding-window group (`engine.hybrid_block_manager`).
     """
 
     num_layers: int
@@ -46,6 +55,10 @@ class KVCacheSpec:
     v_head_dim: int
     dtype: torch.dtype
     latent: bool = False
+    name: str = "kv"
+    compress_ratio: int = 1
+    sliding: bool = False
+    hybrid = False  # one kind (DeepSeek-V4's several: `engine.deepseek_v4.cache.HybridKVSpec`)
 
     @classmethod
     def mla(
@@ -72,17 +85,29 @@ class KVCacheSpec:
         kv_local = kv_heads // tp if kv_heads % tp == 0 else 1
         return cls(config.num_hidden_layers, kv_local, head_dim, head_dim, dtype)
 
-    def bytes_per_token(self) -> int:
-        """KV bytes one token occupies across all layers."""
+    def entry_bytes(self) -> int:
+        """Bytes of one cached entry across all layers (one token's, unless compressed)."""
         elem = torch.tensor([], dtype=self.dtype).element_size()
         return self.num_layers * self.num_kv_heads * (self.k_head_dim + self.v_head_dim) * elem
 
+    def bytes_per_token(self) -> float:
+        """KV bytes one token occupies across all layers: `entry_bytes / compress_ratio`
+        (an int for per-token kinds)."""
+        if self.compress_ratio == 1:
+            return self.entry_bytes()
+        return self.entry_bytes() / self.compress_ratio
+
     def bytes_per_block(self, block_size: int) -> int:
-        """KV bytes of one block of `block_size` tokens."""
-        return self.bytes_per_token() * block_size
+        """KV bytes of one block of `block_size` tokens (`block_size // compress_ratio`
+        entries)."""
+        return self.entry_bytes() * (block_size // self.compress_ratio)
 
     def describe(self) -> str:
         """The geometry in words, for the start-up log line."""
+        if self.name != "kv":
+            per = f" per {self.compress_ratio} tokens" if self.compress_ratio > 1 else ""
+            width = self.k_head_dim + self.v_head_dim
+            return f"{self.name} {self.num_layers} layers x {width}{per}"
         if self.latent:
             return (
                 f"MLA latent, {self.num_layers} layers x (c_kv {self.k_head_dim} + k_pe "
@@ -94,12 +119,18 @@ class KVCacheSpec:
         )
 
 
+AnyKVSpec = Union[KVCacheSpec, "HybridKVSpec"]
+"""A model's KV geometry: one kind, or DeepSeek-V4's hybrid kinds."""
+
+
 def allocate_kv_caches(
-    spec: KVCacheSpec, num_blocks: int, block_size: int, device: torch.device
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    spec: AnyKVSpec, num_blocks: int, block_size: int, device: torch.device
+) -> list[Any]:
     """Allocate per-layer caches of shape `[num_blocks * block_size, num_kv_heads, head_dim]`:
     `(K, V)`, or for an MLA latent cache `(c_kv [slots, 1, kv_lora_rank], k_pe [slots, 1,
-    qk_rope_head_dim])`."""
+    qk_rope_head_dim])`; a hybrid spec's own per-layer tuples (`HybridKVSpec.allocate`)."""
+    if spec.hybrid:
+        return spec.allocate(num_blocks, block_size, device)  # type: ignore[union-attr]
     slots = num_blocks * block_size
     return [
         (

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from engine.attention import AttentionMetadata
 from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
+from engine.deepseek_v4.step_indices import HybridStep
 from engine.forward_context import ForwardContext, forward_context
 from engine.lora.batch import LoraBatch
 from engine.step_input import StepInput
@@ -126,6 +127,9 @@ class ModelRunner:
             prompt_rows=torch.nonzero(~generated).flatten().to(dev),
             generated_rows=torch.nonzero(generated).flatten().to(dev),
             lora=LoraBatch.from_step(step.lora_ids, step.q_lens, dev) if step.lora_ids else None,
+            hybrid=None
+            if not step.sliding_tables
+            else HybridStep.build(q_pos, q_seq, step.block_tables, step.sliding_tables, bs, dev),
         )
         return q_pos, ctx
 

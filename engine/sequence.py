@@ -31,6 +31,9 @@ class Sequence:
         arrival: monotonically increasing arrival number (lower = older = higher priority).
         output_token_ids: generated tokens so far.
         block_table: KV-cache block ids holding this sequence's tokens, in order.
+        sliding_table: a hybrid cache's sliding-window block ids, one per token block, -1
+            for blocks released once out of the window (`engine.hybrid_block_manager`);
+            empty for other models.
         num_computed_tokens: tokens whose KV is already in the cache.
         generator: a seeded RNG when the request has a seed.
         prompt_logprobs: logprobs of prompt tokens 1.. collected so far (prefill may be chunked).
@@ -55,6 +58,7 @@ class Sequence:
     arrival: int
     output_token_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
+    sliding_table: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     generator: torch.Generator | None = None

@@ -27,6 +27,8 @@ class StepInput:
             generated; see `engine.forward_context`).
         lora_ids: per sequence, its LoRA adapter id (None: the base model); empty when no
             sequence of the step has one.
+        sliding_tables: per sequence, its sliding-window block ids (-1: released) for a
+            hybrid KV cache (`engine.hybrid_block_manager`); empty for other models.
     """
 
     token_ids: list[int]
@@ -36,6 +38,7 @@ class StepInput:
     rows: list[int]
     prompt_lens: list[int]
     lora_ids: tuple[int | None, ...] = ()
+    sliding_tables: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def from_schedule(cls, batch: SchedulerOutput, rows: list[int]) -> StepInput:
@@ -55,4 +58,7 @@ class StepInput:
             rows=rows,
             prompt_lens=[s.seq.num_prompt_tokens for s in batch.scheduled],
             lora_ids=lora_ids if any(i is not None for i in lora_ids) else (),
+            sliding_tables=tuple(
+                tuple(s.seq.sliding_table) for s in batch.scheduled if s.seq.sliding_table
+            ),
         )

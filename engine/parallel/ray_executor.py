@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ExecutorDead
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import KVCacheSpec
+from engine.kv_cache import AnyKVSpec
 from engine.lora.adapter import LoraAdapter
 from engine.parallel.worker import RankWorker
 from engine.step_input import StepInput
@@ -63,7 +63,7 @@ class RayExecutor:
         checkpoint: str,
         world: int,
         expert_parallel: bool,
-        spec: KVCacheSpec,
+        spec: AnyKVSpec,
         block_size: int,
         dtype: torch.dtype,
         rank_num_cpus: float,

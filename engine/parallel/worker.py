@@ -14,7 +14,7 @@ from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ModelShard
 from engine.fused_layers import use_fused_layers
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import KVCacheSpec
+from engine.kv_cache import AnyKVSpec
 from engine.lora.adapter import LoraAdapter
 from engine.model_loader import CheckpointRef, load_model
 from engine.parallel.sharding import LinearShard, shard_model
@@ -102,7 +102,7 @@ class RankWorker:
     def load(
         self,
         checkpoint: str,
-        spec: KVCacheSpec,
+        spec: AnyKVSpec,
         block_size: int,
         dtype: torch.dtype,
         expert_parallel: bool,

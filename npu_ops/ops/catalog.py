@@ -17,6 +17,9 @@
 | grouped_lora | `lora.grouped_lora` | the reference** | — |
 | mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
 | mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
+| kv_compress | `sparse_attention.kv_compress` | — | — |
+| lightning_indexer | `sparse_attention.lightning_indexer` | — | — |
+| sparse_shared_kv_attention | `sparse_attention.sparse_shared_kv_attention` | — | — |
 
 "—" means the reference runs on that platform. * cuda; on cpu our own kernel
 (`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`). ** registered as `npu`
@@ -49,6 +52,7 @@ from npu_ops.ops import (
     moe_routing,
     norm,
     quant,
+    sparse_attention,
     torch_native,
 )
 from npu_ops.ops.npu import attention as npu_attention
@@ -88,6 +92,15 @@ def build_registry() -> OpRegistry:
         "mla_decode_attention",
         mla.mla_decode_attention,
         "MLA decode attention over the paged latent cache",
+    )
+    reg.define("kv_compress", sparse_attention.kv_compress, "DeepSeek-V4 window pooling")
+    reg.define(
+        "lightning_indexer", sparse_attention.lightning_indexer, "DeepSeek-V4 top-k entry choice"
+    )
+    reg.define(
+        "sparse_shared_kv_attention",
+        sparse_attention.sparse_shared_kv_attention,
+        "attention over per-query K=V slots with sinks",
     )
 
     reg.register("rms_norm", "npu", npu_elementwise.rms_norm, NPU)

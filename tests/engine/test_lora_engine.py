@@ -54,12 +54,12 @@ def test_same_prompt_under_two_adapters_gets_two_cache_entries(tiny: Tiny) -> No
     engine = lora_engine(tiny.path, tiny.adapters, enable_prefix_caching=True)
     bm = engine.block_manager
     assert run_one(engine, tiny.prompt, "a", N) == tiny.ref["a"]
-    cached_after_a = len(bm._cached)
+    cached_after_a = len(bm.pool.cached)
     hits = bm.stats.hits
     assert run_one(engine, tiny.prompt, "b", N) == tiny.ref["b"]
     assert bm.stats.hits == hits, "b must not reuse a's KV"
-    assert len(bm._cached) >= 2 * (len(tiny.prompt) // engine.config.block_size)
-    assert len(bm._cached) > cached_after_a
+    assert len(bm.pool.cached) >= 2 * (len(tiny.prompt) // engine.config.block_size)
+    assert len(bm.pool.cached) > cached_after_a
     assert run_one(engine, tiny.prompt, None, N) == tiny.ref[None]
     assert bm.stats.hits == hits, "the base model must not reuse an adapter's KV"
     assert run_one(engine, tiny.prompt, "a", N) == tiny.ref["a"]

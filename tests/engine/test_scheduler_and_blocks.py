@@ -36,7 +36,7 @@ def test_blocks_allocate_free_and_refuse_when_full() -> None:
     assert bm.ensure_capacity(a, 9) and len(a.block_table) == 3
     assert not bm.ensure_capacity(b, 8) and b.block_table == []  # refusal changes nothing
     bm.free(a)
-    assert bm.num_free_blocks == 4 and all(c == 0 for c in bm.ref_counts)
+    assert bm.num_free_blocks == 4 and all(c == 0 for c in bm.pool.ref_counts)
     with pytest.raises(AssertionError, match="double free"):
         a.block_table = [0]
         bm.free(a)
@@ -111,7 +111,7 @@ def test_prefix_cache_shares_full_blocks_and_counts_hits() -> None:
     batch = sch.schedule()
     new = {s.seq.request_id: (s.num_new_tokens, s.seq.block_table[:2]) for s in batch.scheduled}
     assert new["r1"][0] == 11 - 8 and new["r1"][1] == first.block_table[:2]
-    assert bm.ref_counts[first.block_table[0]] == 2
+    assert bm.pool.ref_counts[first.block_table[0]] == 2
     assert bm.stats.hits == 2 and bm.stats.queries == 3  # the first request missed once
 
 

@@ -136,7 +136,9 @@ def test_trim_gives_back_blocks_past_the_sequence() -> None:
     assert bm.ensure_capacity(seq, 11)  # 6 tokens + a 5-token draft: 3 blocks
     bm.trim(seq)
     assert len(seq.block_table) == 2 and bm.num_free_blocks == 4
-    assert next(iter(bm._free)) not in seq.block_table  # the emptied block is reused first
+    assert (
+        next(iter(bm.pool.free_blocks)) not in seq.block_table
+    )  # the emptied block is reused first
 
 
 # ---- the engine on SmolLM2 ------------------------------------------------------------------
@@ -256,13 +258,13 @@ def test_rejected_tokens_leave_no_block_behind_and_nothing_in_the_prefix_cache(
                 assert len(seq.block_table) <= bm.blocks_needed(seq.num_tokens)
     stats = engine.stats().spec
     assert stats is not None and stats.num_draft_tokens - stats.num_accepted_tokens > 20
-    assert bm.num_free_blocks == bm.num_blocks and not any(bm.ref_counts)
+    assert bm.num_free_blocks == bm.num_blocks and not any(bm.pool.ref_counts)
     # every cached block's hash is one of the real sequences' (prompt + emitted tokens)
     real: set[bytes] = set()
     for i, p in enumerate(prompts):
         whole = Sequence("x", p + outs[str(i)], SamplingParams(), 0)
-        real.update(bm._chain(whole, whole.num_tokens // bm.block_size))
-    assert bm._cached and set(bm._cached) <= real
+        real.update(bm.chain(whole, whole.num_tokens // bm.block_size))
+    assert bm.pool.cached and set(bm.pool.cached) <= real
 
 
 def test_recomputed_generated_tokens_after_preemption_keep_greedy_output(
