@@ -4,8 +4,10 @@
     ascend-router plan configs/prod.yaml --card 910B4
 
 For each deployment: weights (total and per rank), KV bytes per token per rank, the KV budget
-and blocks that fit at `gpu_memory_utilization`, and how many sequences fit at full context.
-Formulas and the activation reserve are documented in `engine/planning/memory_plan.py`.
+and blocks that fit at `gpu_memory_utilization`, and how many sequences fit at once at full
+context, at 128k and at 1M tokens (`-` past the deployment's `max_model_len`). A hybrid KV cache
+(DeepSeek-V4) gets a line with its kinds and its sliding-window pool. Formulas and the
+activation reserve are documented in `engine/planning/memory_plan.py`.
 Exit status 0 when every deployment fits, 1 when one cannot (a line says which and why), 2 on
 an unreadable or invalid config. Heavy imports happen when the command runs.
 """
@@ -26,7 +28,7 @@ def register(subparsers: Any) -> None:
         "plan",
         help="plan weights, KV cache and concurrency of each deployment on Ascend cards",
         description="Print a per-deployment memory plan: weights, KV cache per token, KV blocks "
-        "at gpu_memory_utilization, and sequences that fit at full context.",
+        "at gpu_memory_utilization, and sequences that fit at full context, 128k and 1M tokens.",
     )
     p.add_argument("config", metavar="CONFIG.yaml", help="Ray Serve YAML of the router")
     p.add_argument(
@@ -38,28 +40,60 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _context(tokens: int) -> str:
+    """128k, 1M: a context length in the column headers."""
+    return f"{tokens >> 20}M" if tokens % (1 << 20) == 0 else f"{tokens >> 10}K"
+
+
 def _row(plan: DeploymentPlan) -> list[str]:
-    from engine.planning.memory_plan import gib
+    from engine.planning.memory_plan import CONTEXTS, gib
 
     dtype = str(plan.dtype).removeprefix("torch.")
+    blocks = f"{plan.num_blocks} x {plan.block_size}"
+    if plan.hybrid:
+        blocks += f" + {plan.sliding_blocks} sliding"
+    per_token = plan.kv_bytes_per_token
     return [
         plan.model_id,
         str(plan.tensor_parallel_size),
         dtype,
         gib(plan.weights_total),
         gib(plan.weights_per_rank),
-        f"{plan.kv_bytes_per_token / 1024:.1f} KiB",
+        f"{per_token / 1024:.1f} KiB ({per_token:,.0f} B)",
         gib(plan.kv_budget),
-        f"{plan.num_blocks} x {plan.block_size}",
+        blocks,
         f"{plan.max_seqs_full_context} @ {plan.max_model_len}",
+        *(str(plan.seqs_at(n)) if n <= plan.max_model_len else "-" for n in CONTEXTS),
         "yes" if plan.fits else "NO",
     ]
+
+
+def _hybrid_line(plan: DeploymentPlan) -> str:
+    """The kinds of a hybrid cache and what one sequence holds of each pool."""
+    from engine.planning.memory_plan import CONTEXTS, gib
+
+    at = ", ".join(
+        f"{_context(n)}: {plan.blocks_for(n)} + {plan.sliding_blocks_per_seq} blocks"
+        for n in CONTEXTS
+    )
+    return (
+        f"{plan.model_id}: KV cache {plan.kv_geometry}; {plan.kv_bytes_per_block} B per block of the "
+        f"growing kinds, sliding-window pool {plan.sliding_blocks} blocks x "
+        f"{plan.sliding_bytes_per_block} B = {gib(plan.sliding_pool_bytes)} per rank; a sequence "
+        f"holds ceil(tokens / {plan.block_size}) growing + {plan.sliding_blocks_per_seq} sliding "
+        f"blocks ({at})"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Plan every deployment of the config; returns the exit status."""
     from configs.serve_file import load_app_config
-    from engine.planning.memory_plan import ACTIVATION_RESERVE_BYTES, gib, plan_deployment
+    from engine.planning.memory_plan import (
+        ACTIVATION_RESERVE_BYTES,
+        CONTEXTS,
+        gib,
+        plan_deployment,
+    )
     from engine.planning.model_facts import model_facts
     from npu_ops.report_table import format_table
 
@@ -79,16 +113,20 @@ def run(args: argparse.Namespace) -> int:
         "KV BUDGET/RANK",
         "KV BLOCKS/RANK",
         "SEQS @ FULL CONTEXT",
+        *(f"SEQS @ {_context(n)}" for n in CONTEXTS),
         "FITS",
     ]
     print(format_table(headers, [_row(p) for p in plans]))
     for plan in plans:
+        pool = f" - sliding-window pool {gib(plan.sliding_pool_bytes)}" if plan.hybrid else ""
         print(
             f"{plan.model_id}: shapes from {plan.shape_source}; device memory "
             f"{gib(plan.device_memory)} ({plan.memory_source}) x {plan.utilization:g} - weights "
-            f"{gib(plan.weights_per_rank)} - activation reserve {gib(ACTIVATION_RESERVE_BYTES)} "
-            f"= KV {gib(plan.kv_budget)} per rank"
+            f"{gib(plan.weights_per_rank)} - activation reserve {gib(ACTIVATION_RESERVE_BYTES)}"
+            f"{pool} = KV {gib(plan.kv_budget)} per rank"
         )
+        if plan.hybrid:
+            print(_hybrid_line(plan))
     failing = [p for p in plans if not p.fits]
     for plan in failing:
         print(f"CANNOT FIT {plan.model_id}: {'; '.join(plan.problems)}")

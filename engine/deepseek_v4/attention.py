@@ -40,20 +40,22 @@ class V4Attention(nn.Module):
     `sparse_shared_kv_attention` over the hybrid cache (`engine.deepseek_v4.cache`).
 
     Args:
-        attn: a transformers `DeepseekV4Attention` with loaded weights.
+        attn: a transformers `DeepseekV4Attention` with loaded weights, after any
+            tensor-parallel sharding (`engine.parallel.sharding`): the head count comes from its
+            `q_b_proj`, the output groups from its `o_a_proj`.
     """
 
     def __init__(self, attn: nn.Module) -> None:
         super().__init__()
-        config = attn.config
         self.layer_idx = int(attn.layer_idx)
         self.layer_type = str(attn.layer_type)
         self.rope_layer_type = str(attn.rope_layer_type)
-        self.num_heads = int(attn.num_heads)
         self.head_dim = int(attn.head_dim)
+        # this rank's heads and output groups (all of them without tensor parallel)
+        self.num_heads = int(attn.q_b_proj.out_features) // self.head_dim
+        self.o_groups = int(attn.o_a_proj.n_groups)
         self.scaling = float(attn.scaling)
         self.sliding_window = int(attn.sliding_window)
-        self.o_groups = int(config.o_groups)
         for name in ("q_a_proj", "q_a_norm", "q_b_proj", "q_b_norm", "kv_proj", "kv_norm"):
             setattr(self, name, getattr(attn, name))
         self.o_a_proj = attn.o_a_proj

@@ -10,7 +10,16 @@ rank so each rank holds matching q/k/v heads and gate/up columns. Rules, by laye
 * row parallel (input columns split, one all-reduce): `o_proj`, `down_proj`;
 * routed experts (3-D `gate_up_proj` / `down_proj` parameters): split each expert's
   intermediate size (tensor parallel) or split the experts (expert parallel);
-* everything else (embeddings, norms, routers, `kv_a_proj_with_mqa`, LM head) is replicated.
+* DeepSeek-V4 attention (a module with `o_a_proj`, `o_b_proj` and `sinks`): `q_b_proj` and
+  the per-head `sinks` split by heads; the grouped `o_a_proj` (`DeepseekV4GroupedLinear`, its
+  rows `[o_groups * o_lora_rank]` one block per group of consecutive heads) split by groups, so
+  each rank keeps `o_groups / world` groups, those of its heads; `o_b_proj` row parallel over
+  the groups' outputs. The one K=V head (`kv_proj`, `kv_norm`), `q_a_proj`/`q_a_norm` and the
+  whole compressor and indexer (per-token KV and index scores every rank needs whole, though
+  their layers are named `gate_proj`, `q_b_proj`, ...) stay replicated, so every rank's hybrid
+  KV cache is the same;
+* everything else (embeddings, norms, routers with DeepSeek-V4's hash table `tid2eid`,
+  DeepSeek-V4's hyper-connections, `kv_a_proj_with_mqa`, LM head) is replicated.
 
 `shard_model` can record what it kept of each linear (`LinearShard`), so LoRA adapters are
 sharded the same way (`engine.lora.model`): B's rows as a column-parallel base's, A's columns as
@@ -151,6 +160,35 @@ def _attention_attrs(module: nn.Module, config: PretrainedConfig, world: int) ->
         module.config = local
 
 
+def _v4_attention(
+    attn: nn.Module,
+    config: PretrainedConfig,
+    rank: int,
+    world: int,
+    prefix: str,
+    kept: dict[str, LinearShard],
+) -> None:
+    """Shard a DeepSeek-V4 attention module in place (see the module docstring)."""
+    heads, groups = int(config.num_attention_heads), int(config.o_groups)
+    if groups % world:
+        raise ValueError(f"o_groups ({groups}) is not divisible by tensor_parallel_size {world}")
+    mine = _split(heads, rank, world, "num_attention_heads")
+    q_b = attn.q_b_proj
+    kept[f"{prefix}.q_b_proj"] = _column(q_b, [q_b.out_features], rank, world, "q_b_proj")
+    attn.sinks = nn.Parameter(attn.sinks.data[mine].clone(), requires_grad=False)
+    o_a = attn.o_a_proj  # rows: one block of o_lora_rank per group; groups cover heads in order
+    kept[f"{prefix}.o_a_proj"] = _column(o_a, [o_a.out_features], rank, world, "o_a_proj")
+    o_a.n_groups = groups // world
+    attn.o_b_proj, kept[f"{prefix}.o_b_proj"] = _row(attn.o_b_proj, rank, world, "o_b_proj")
+    attn.num_heads = heads // world
+    if hasattr(attn, "num_key_value_groups"):
+        attn.num_key_value_groups = heads // world  # the one KV head, broadcast to local heads
+    local = copy.copy(config)
+    local.num_attention_heads = heads // world
+    local.o_groups = groups // world
+    attn.config = local
+
+
 def shard_model(
     model: nn.Module,
     config: PretrainedConfig,
@@ -171,8 +209,8 @@ def shard_model(
             (replicated linears are not listed).
 
     Raises:
-        ValueError: a head count, intermediate size or expert count is not divisible by
-            `world`.
+        ValueError: a head count, DeepSeek-V4's `o_groups`, an intermediate size or an expert
+            count is not divisible by `world`.
     """
     if world == 1:
         return model
@@ -180,7 +218,14 @@ def shard_model(
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kept: dict[str, LinearShard] = {} if plan is None else plan
+    done: tuple[str, ...] = ()  # subtrees sharded (or kept whole) already
     for parent_name, parent in list(model.named_modules()):
+        if parent_name.startswith(done):
+            continue
+        if all(hasattr(parent, a) for a in ("o_a_proj", "o_b_proj", "sinks")):  # DeepSeek-V4
+            _v4_attention(parent, config, rank, world, parent_name, kept)
+            done += (f"{parent_name}.",)
+            continue
         if hasattr(parent, "o_proj"):
             _attention_attrs(parent, config, world)
         for name, child in list(parent.named_children()):

@@ -3,16 +3,27 @@
 Per rank (one NPU; a replica has `tensor_parallel_size` ranks):
 
 - weights = `num_parameters × dtype_bytes / tensor_parallel_size` (experts and dense layers
-  alike are taken as evenly sharded);
-- KV bytes per token = `KVCacheSpec.bytes_per_token()` of the rank's share of the K/V heads
-  (`max(1, num_kv_heads // tp)`), i.e. `num_layers × kv_heads × (k_head_dim + v_head_dim) ×
-  dtype_bytes` (engine/kv_cache.py); for DeepSeek MLA the latent, `num_layers ×
-  (kv_lora_rank + qk_rope_head_dim) × dtype_bytes`, whole on every rank;
+  alike are taken as evenly sharded); for a model planned from a stored hub config, the bytes
+  of rank 0's shard of the model itself, int8 where the checkpoint is W8A8
+  (`engine.planning.weights`);
+- the KV geometry is the engine's (`ModelFacts.kv_spec`): KV bytes per token =
+  `bytes_per_token()` of the rank's share of the K/V heads (`max(1, num_kv_heads // tp)`), i.e.
+  `num_layers × kv_heads × (k_head_dim + v_head_dim) × dtype_bytes` (engine/kv_cache.py); for
+  DeepSeek MLA the latent, `num_layers × (kv_lora_rank + qk_rope_head_dim) × dtype_bytes`, whole
+  on every rank; for DeepSeek-V4's hybrid cache the kinds that grow with the context, i.e. the
+  compressed entries and indexer keys (`HybridKVSpec.bytes_per_token`, 6,880 B at V4-Flash's
+  shape in bfloat16), the same on every rank;
 - KV budget = `device_memory × gpu_memory_utilization − weights − ACTIVATION_RESERVE_BYTES`,
   the engine's own budget formula (DESIGN.md, "KV budget comes from measurement") with the
-  profiled peak activations replaced by a fixed reserve;
-- blocks = `KV budget // bytes_per_block(block_size)`; a sequence at full context needs
-  `ceil(max_model_len / block_size)` blocks, so `blocks // that` sequences fit at once.
+  profiled peak activations replaced by a fixed reserve; a hybrid cache's sliding-window pool
+  (`sliding_blocks × sliding_bytes_per_block`, sized by `engine.llm_engine.kv_spec` for
+  `max_num_seqs` and `max_num_batched_tokens`) comes off it first, as in `engine.kv_budget`;
+- blocks = `KV budget // bytes_per_block(block_size)`; a sequence of `n` tokens needs
+  `ceil(n / block_size)` of them, and with a hybrid cache also
+  `sliding_blocks_per_sequence(block_size)` blocks of the sliding pool, so
+  `min(blocks // ceil(n / block_size), sliding_blocks // sliding_blocks_per_sequence)`
+  sequences of `n` tokens fit at once (`DeploymentPlan.seqs_at`): at `max_model_len` and at
+  each of `CONTEXTS` (128k and 1M tokens).
 
 `ACTIVATION_RESERVE_BYTES` is 2 GiB per rank: room for the forward pass's peak activations at
 `max_num_batched_tokens` ≤ 8192 for 7B-16B models in bfloat16 (hidden states, attention
@@ -26,12 +37,14 @@ an Atlas 800T/800I A2 (Ascend 910B1-B3), see `CARD_MEMORY_BYTES`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from configs.model_config import ModelDeploymentConfig
-from engine.planning.model_facts import ModelFacts
+from engine.planning.model_facts import ModelFacts, plan_dtype
+
+__all__ = ["CONTEXTS", "DeploymentPlan", "gib", "plan_deployment", "plan_dtype"]
 
 GiB = 1 << 30
 ACTIVATION_RESERVE_BYTES = 2 * GiB
@@ -47,12 +60,9 @@ CARD_MEMORY_BYTES: dict[str, int] = {
     "310P3": 24 * GiB,
 }
 DEFAULT_CARD = "910B"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def plan_dtype(name: str) -> torch.dtype:
-    """Weights/KV dtype of an engine `dtype` setting; `auto` is bfloat16 on an NPU."""
-    return _DTYPES.get(name, torch.bfloat16)
+CONTEXTS = (128 * 1024, 1024 * 1024)
+"""Context lengths whose concurrency every plan reports (`DeploymentPlan.seqs_at`): 128k and
+1M tokens (DeepSeek-V4's `max_position_embeddings`)."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +77,22 @@ class DeploymentPlan:
         utilization: `gpu_memory_utilization`.
         weights_total: all weights of one replica.
         weights_per_rank: weights on one rank.
-        kv_bytes_per_token: KV bytes of one token on one rank.
+        kv_bytes_per_token: KV bytes of one more token of context on one rank (a hybrid
+            cache's growing kinds; a float where compressed kinds make it fractional).
         block_size: tokens per KV block.
-        kv_budget: bytes left for KV on one rank (may be negative).
+        kv_budget: bytes left for KV blocks on one rank, after a hybrid cache's sliding pool
+            (may be negative).
         num_blocks: KV blocks that fit on one rank.
         blocks_per_seq: blocks of one sequence at `max_model_len`.
         max_seqs_full_context: sequences at full context that fit at once.
         max_model_len: context length in tokens.
         shape_source: where the model's shapes came from.
         problems: why the deployment cannot run as configured; empty when it fits.
+        kv_bytes_per_block: bytes of one KV block (`kv_bytes_per_token × block_size`).
+        sliding_blocks: blocks of a hybrid cache's sliding-window pool; 0 for other caches.
+        sliding_bytes_per_block: bytes of one sliding-pool block.
+        sliding_blocks_per_seq: sliding blocks one sequence holds at most between steps.
+        kv_geometry: the KV kinds in words (`describe()` of the engine's spec).
     """
 
     model_id: str
@@ -86,7 +103,7 @@ class DeploymentPlan:
     utilization: float
     weights_total: int
     weights_per_rank: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: float
     block_size: int
     kv_budget: int
     num_blocks: int
@@ -95,19 +112,48 @@ class DeploymentPlan:
     max_model_len: int
     shape_source: str
     problems: tuple[str, ...]
+    kv_bytes_per_block: int = 0
+    sliding_blocks: int = 0
+    sliding_bytes_per_block: int = 0
+    sliding_blocks_per_seq: int = 0
+    kv_geometry: str = ""
 
     @property
     def fits(self) -> bool:
         """True when at least one full-context sequence fits and nothing else is wrong."""
         return not self.problems
 
+    @property
+    def hybrid(self) -> bool:
+        """The KV cache has a sliding-window pool beside its growing blocks (DeepSeek-V4)."""
+        return self.sliding_blocks > 0
+
+    @property
+    def sliding_pool_bytes(self) -> int:
+        """Bytes of the sliding-window pool on one rank; 0 for other caches."""
+        return self.sliding_blocks * self.sliding_bytes_per_block
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Growing (full-group) blocks of one sequence of `num_tokens` tokens."""
+        return -(-num_tokens // self.block_size)
+
+    def seqs_at(self, num_tokens: int) -> int:
+        """Sequences of `num_tokens` tokens that fit at once: the blocks over each one's
+        `blocks_for`, and for a hybrid cache no more than the sliding pool holds."""
+        seqs = self.num_blocks // self.blocks_for(num_tokens)
+        if self.sliding_blocks_per_seq:
+            seqs = min(seqs, self.sliding_blocks // self.sliding_blocks_per_seq)
+        return seqs
+
     def min_free_per_rank(self) -> int:
         """Bytes one rank needs free to serve one full-context sequence."""
-        kv_one_seq = self.blocks_per_seq * self.block_size * self.kv_bytes_per_token
-        return self.weights_per_rank + ACTIVATION_RESERVE_BYTES + kv_one_seq
+        kv_one_seq = self.blocks_per_seq * self.kv_bytes_per_block
+        return (
+            self.weights_per_rank + ACTIVATION_RESERVE_BYTES + self.sliding_pool_bytes + kv_one_seq
+        )
 
 
-def gib(n: int) -> str:
+def gib(n: float) -> str:
     """Bytes as GiB with two decimals."""
     return f"{n / GiB:.2f} GiB"
 
@@ -118,7 +164,8 @@ def plan_deployment(
     """Plan `model` from its `facts` (see the module docstring for the formulas).
 
     Raises:
-        ValueError: unknown `card`.
+        ValueError: unknown `card`, or a `block_size` the model's cache cannot use
+            (DeepSeek-V4: a multiple of its compress ratios, as the engine requires).
     """
     if card not in CARD_MEMORY_BYTES:
         raise ValueError(f"unknown card {card!r}; known: {', '.join(CARD_MEMORY_BYTES)}")
@@ -129,31 +176,27 @@ def plan_deployment(
         memory, source = model.device_memory_bytes, "device_memory_bytes"
     else:
         memory, source = CARD_MEMORY_BYTES[card], f"default for Ascend {card}"
-    weights_total = facts.num_parameters * elem
-    weights_rank = -(-weights_total // tp)
-    spec = facts.kv_spec(dtype, tp)
+    if facts.weights is not None:
+        weights_total, weights_rank = facts.weights.total, facts.weights.per_rank
+    else:
+        weights_total = facts.num_parameters * elem
+        weights_rank = -(-weights_total // tp)
+    spec = facts.kv_spec(dtype, tp, eng)
     per_token = spec.bytes_per_token()
     per_block = spec.bytes_per_block(eng.block_size)
-    budget = int(memory * eng.gpu_memory_utilization) - weights_rank - ACTIVATION_RESERVE_BYTES
+    sliding = sliding_block = sliding_per_seq = 0
+    if spec.hybrid:  # the sliding-window pool is a fixed allotment, off the budget first
+        sliding = spec.sliding_blocks  # type: ignore[union-attr]
+        sliding_block = spec.sliding_bytes_per_block(eng.block_size)  # type: ignore[union-attr]
+        sliding_per_seq = spec.sliding_blocks_per_sequence(eng.block_size)  # type: ignore[union-attr]
+    budget = (
+        int(memory * eng.gpu_memory_utilization)
+        - weights_rank
+        - ACTIVATION_RESERVE_BYTES
+        - sliding * sliding_block
+    )
     blocks = max(0, budget // per_block)
-    per_seq = -(-facts.max_model_len // eng.block_size)
-    seqs = blocks // per_seq
-    problems: list[str] = []
-    if budget <= 0:
-        problems.append(
-            f"weights {gib(weights_rank)} per rank + activation reserve "
-            f"{gib(ACTIVATION_RESERVE_BYTES)} exceed {eng.gpu_memory_utilization:g} × "
-            f"{gib(memory)} device memory; raise tensor_parallel_size or use larger cards"
-        )
-    elif seqs < 1:
-        problems.append(
-            f"KV budget {gib(budget)} per rank holds {blocks} blocks but one "
-            f"{facts.max_model_len}-token sequence needs {per_seq}; lower engine.max_model_len "
-            "or raise tensor_parallel_size"
-        )
-    if eng.num_kv_blocks is not None and eng.num_kv_blocks > blocks:
-        problems.append(f"engine.num_kv_blocks={eng.num_kv_blocks} exceeds the {blocks} that fit")
-    return DeploymentPlan(
+    plan = DeploymentPlan(
         model.model_id,
         tp,
         dtype,
@@ -166,9 +209,32 @@ def plan_deployment(
         eng.block_size,
         budget,
         blocks,
-        per_seq,
-        seqs,
+        -(-facts.max_model_len // eng.block_size),
+        0,
         facts.max_model_len,
         facts.shape_source,
-        tuple(problems),
+        (),
+        per_block,
+        sliding,
+        sliding_block,
+        sliding_per_seq,
+        spec.describe(),
     )
+    seqs = plan.seqs_at(facts.max_model_len)
+    problems: list[str] = []
+    if budget <= 0:
+        pool = f" + sliding-window pool {gib(plan.sliding_pool_bytes)}" if sliding else ""
+        problems.append(
+            f"weights {gib(weights_rank)} per rank + activation reserve "
+            f"{gib(ACTIVATION_RESERVE_BYTES)}{pool} exceed {eng.gpu_memory_utilization:g} × "
+            f"{gib(memory)} device memory; raise tensor_parallel_size or use larger cards"
+        )
+    elif seqs < 1:
+        problems.append(
+            f"KV budget {gib(budget)} per rank holds {blocks} blocks but one "
+            f"{facts.max_model_len}-token sequence needs {plan.blocks_per_seq}; lower "
+            "engine.max_model_len or raise tensor_parallel_size"
+        )
+    if eng.num_kv_blocks is not None and eng.num_kv_blocks > blocks:
+        problems.append(f"engine.num_kv_blocks={eng.num_kv_blocks} exceeds the {blocks} that fit")
+    return replace(plan, max_seqs_full_context=seqs, problems=tuple(problems))

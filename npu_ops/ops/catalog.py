@@ -17,9 +17,9 @@
 | grouped_lora | `lora.grouped_lora` | the reference** | — |
 | mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
 | mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
-| kv_compress | `sparse_attention.kv_compress` | — | — |
-| lightning_indexer | `sparse_attention.lightning_indexer` | — | — |
-| sparse_shared_kv_attention | `sparse_attention.sparse_shared_kv_attention` | — | — |
+| kv_compress | `sparse_attention.kv_compress` | the reference**** | — |
+| lightning_indexer | `sparse_attention.lightning_indexer` | `npu_lightning_indexer`**** | — |
+| sparse_shared_kv_attention | `sparse_attention.<op>` | `npu_sparse_flash_attention`**** | — |
 
 "—" means the reference runs on that platform. * cuda; on cpu our own kernel
 (`npu_ops/cpu_kernels/paged_decode_attention.cpp`, implementation `cpu`). ** registered as `npu`
@@ -27,6 +27,11 @@ as it is: two dense GEMMs and a mask (`aclnnMatmul`, `aclnnInplaceMaskedFillScal
 `aclnnAddmm` through torch_npu's aten dispatch), fewer launches than `npu_grouped_matmul`'s one
 shrink and one expand per slice of a merged projection. *** DeepSeek-V3-sized MLA only (the
 kernels' documented shapes, `npu_ops.ops.npu.mla`); other shapes run the reference on the device.
+**** DeepSeek-V4 (`npu_ops.ops.npu.sparse_attention`): the indexer at 128-wide keys and at most 64
+heads over the engine's paged entries (one query per kernel batch), the attention at 512-wide
+K=V with its sinks folded into the kernel's rope slices (A2/A3 take no `sinks`), other shapes on
+the reference; no torch_npu op pools windows (vLLM-Ascend's fused `Compressor` is a custom op of
+its own, not for Atlas A2), so `kv_compress` is registered as `npu` as it is.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -60,6 +65,7 @@ from npu_ops.ops.npu import elementwise as npu_elementwise
 from npu_ops.ops.npu import mla as npu_mla
 from npu_ops.ops.npu import moe as npu_moe
 from npu_ops.ops.npu import quant as npu_quant
+from npu_ops.ops.npu import sparse_attention as npu_sparse
 from npu_ops.ops.registry import OpRegistry
 
 NPU = ("npu",)
@@ -118,6 +124,9 @@ def build_registry() -> OpRegistry:
     reg.register("grouped_lora", "npu", lora.grouped_lora, NPU)
     reg.register("mla_prolog", "npu", npu_mla.mla_prolog, NPU)
     reg.register("mla_decode_attention", "npu", npu_mla.mla_decode_attention, NPU)
+    reg.register("kv_compress", "npu", npu_sparse.kv_compress, NPU)
+    reg.register("lightning_indexer", "npu", npu_sparse.lightning_indexer, NPU)
+    reg.register("sparse_shared_kv_attention", "npu", npu_sparse.sparse_shared_kv_attention, NPU)
 
     reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
     reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)

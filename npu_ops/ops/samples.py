@@ -3,7 +3,11 @@
 `OpShapes` holds the sizes; its defaults are Qwen2.5-7B's attention and MLP (28 query heads,
 4 K/V heads of 128, hidden 3584, intermediate 18944), DeepSeek-V3's router (256 experts in 8
 groups, 4 groups and 8 experts per token, scaling 2.5) and DeepSeek-V3's MLA (hidden 7168, query
-LoRA 1536, latent 512, head dims 128 + 64) at 32 heads, one rank's share of 128 over 4 ranks.
+LoRA 1536, latent 512, head dims 128 + 64) at 32 heads, one rank's share of 128 over 4 ranks,
+and DeepSeek-V4-Flash's attention (64 heads of 512 over one shared K=V head, sliding window 128,
+the ratio-4 compressor with overlapping windows, an indexer of 64 heads of 128 keeping 512
+entries; its `config.json`), whose queries are the last three tokens of each `decode_lens`
+sequence in a paged cache laid out as the engine's (`engine.deepseek_v4.step_indices`).
 `OpShapes.for_model` takes them from a model's checkpoint config or `shape` section instead.
 Inputs are built on the host from a seeded generator, so every implementation and the reference
 see the same numbers.
@@ -54,6 +58,13 @@ class OpShapes:
     kv_lora_rank: int = 512
     qk_nope_head_dim: int = 128
     qk_rope_head_dim: int = 64
+    v4_heads: int = 64
+    v4_head_dim: int = 512
+    v4_sliding_window: int = 128
+    v4_compress_ratio: int = 4
+    v4_index_heads: int = 64
+    v4_index_head_dim: int = 128
+    v4_index_topk: int = 512
 
     @classmethod
     def for_model(
@@ -114,6 +125,16 @@ class OpShapes:
                 "kv_lora_rank": c.kv_lora_rank,
                 "qk_nope_head_dim": c.qk_nope_head_dim,
                 "qk_rope_head_dim": c.qk_rope_head_dim,
+            }
+        if getattr(c, "index_topk", None) and getattr(c, "compress_rates", None):
+            updates |= {  # DeepSeek-V4 (transformers `DeepseekV4Config`)
+                "v4_heads": c.num_attention_heads,
+                "v4_head_dim": c.head_dim,
+                "v4_sliding_window": c.sliding_window,
+                "v4_compress_ratio": min(int(r) for r in dict(c.compress_rates).values()),
+                "v4_index_heads": c.index_n_heads,
+                "v4_index_head_dim": c.index_head_dim,
+                "v4_index_topk": c.index_topk,
             }
         return replace(shapes, **updates)
 
@@ -220,6 +241,9 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
         "grouped_lora": lambda: _lora_case(g, s),
         "mla_prolog": lambda: _mla_prolog_case(g, s),
         "mla_decode_attention": lambda: _mla_decode_case(g, s),
+        "kv_compress": lambda: _kv_compress_case(g, s),
+        "lightning_indexer": lambda: _indexer_case(g, s),
+        "sparse_shared_kv_attention": lambda: _sparse_attention_case(g, s),
     }
     if op not in builders:
         raise ValueError(f"no preflight inputs for op {op!r}")
@@ -306,4 +330,102 @@ def _mla_decode_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
         table,
         torch.tensor(s.decode_lens, dtype=torch.int32),
         (s.qk_nope_head_dim + dr) ** -0.5,
+    )
+
+
+@dataclass(frozen=True)
+class _V4Layout:
+    """The paged cache of the `decode_lens` sequences and the step's query tokens."""
+
+    table: torch.Tensor  # [S, blocks] int64 block table
+    num_blocks: int
+    seq: torch.Tensor  # [T] each query's sequence
+    pos: torch.Tensor  # [T] each query's position
+    block_size: int
+    ratio: int
+
+    def token_slots(self, seq: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Slots of positions `pos` of sequences `seq`, `-1` where `pos < 0`."""
+        p = pos.clamp(min=0)
+        slots = self.table[seq, p // self.block_size] * self.block_size + p % self.block_size
+        return slots.masked_fill(pos < 0, -1)
+
+    def entry_slots(self, seq: torch.Tensor, entry: torch.Tensor) -> torch.Tensor:
+        """Slots of compressed entries `entry` of sequences `seq` (`block_size // ratio` a
+        block), `-1` where `entry < 0`."""
+        per_block = max(1, self.block_size // self.ratio)
+        e = entry.clamp(min=0)
+        slots = self.table[seq, e // per_block] * per_block + e % per_block
+        return slots.masked_fill(entry < 0, -1)
+
+    def visible(self) -> torch.Tensor:
+        """`[T, N]` each query's visible entries `j < (p + 1) // ratio`, `-1` padded."""
+        count = (self.pos + 1) // self.ratio
+        j = torch.arange(int(count.max()))[None, :].expand(len(self.pos), -1)
+        entries = j.masked_fill(j >= count[:, None], -1)
+        return self.entry_slots(self.seq[:, None].expand_as(j), entries)
+
+
+def _v4_layout(g: torch.Generator, s: OpShapes) -> _V4Layout:
+    lens = s.decode_lens
+    table = _block_table(g, lens, s.block_size).long()
+    seq = torch.cat([torch.full((min(n, 3),), i) for i, n in enumerate(lens)])
+    pos = torch.cat([torch.arange(max(n - 3, 0), n) for n in lens])
+    return _V4Layout(table, int(table.max()) + 4, seq, pos, s.block_size, s.v4_compress_ratio)
+
+
+def _kv_compress_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    """The last (up to) four windows of each sequence, overlapping (ratio-4 layers): window
+    `j` pools tokens `ratio * (j - 1) .. ratio * (j + 1) - 1`, those before 0 absent."""
+    lay, r = _v4_layout(g, s), s.v4_compress_ratio
+    windows = [
+        (i, j) for i, n in enumerate(s.decode_lens) for j in range(max(n // r - 4, 0), n // r)
+    ]
+    seq = torch.tensor([i for i, _ in windows])
+    first = torch.tensor([r * (j - 1) for _, j in windows])
+    pos = first[:, None] + torch.arange(2 * r)[None, :]
+    width = 2 * s.v4_head_dim
+    rows = lay.num_blocks * s.block_size
+    return (
+        _randn(g, rows, width, dtype=s.dtype),
+        _randn(g, rows, width, dtype=s.dtype),
+        lay.token_slots(seq[:, None].expand_as(pos), pos),
+        _randn(g, r, width, dtype=torch.float32),
+        True,
+    )
+
+
+def _indexer_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    lay = _v4_layout(g, s)
+    t, hi, di = len(lay.pos), s.v4_index_heads, s.v4_index_head_dim
+    entries = lay.num_blocks * max(1, s.block_size // s.v4_compress_ratio)
+    return (
+        _randn(g, t, hi, di, dtype=s.dtype),
+        _randn(g, t, hi, dtype=torch.float32, scale=hi**-0.5),
+        _randn(g, entries, di, dtype=s.dtype),
+        lay.visible(),
+        s.v4_index_topk,
+        di**-0.5,
+    )
+
+
+def _sparse_attention_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    """Each query's raw window and a random choice of `index_topk` of its visible entries."""
+    lay = _v4_layout(g, s)
+    t, h, d = len(lay.pos), s.v4_heads, s.v4_head_dim
+    back = torch.arange(s.v4_sliding_window - 1, -1, -1)
+    window = lay.pos[:, None] - back[None, :]
+    visible = lay.visible()
+    keep = min(s.v4_index_topk, visible.shape[1])
+    score = torch.rand(visible.shape, generator=g).masked_fill(visible < 0, -1.0)
+    chosen = visible.gather(1, score.topk(keep, dim=1).indices)
+    entries = lay.num_blocks * max(1, s.block_size // s.v4_compress_ratio)
+    return (
+        _randn(g, t, h, d, dtype=s.dtype),
+        _randn(g, lay.num_blocks * s.block_size, d, dtype=s.dtype),
+        lay.token_slots(lay.seq[:, None].expand_as(window), window),
+        _randn(g, entries, d, dtype=s.dtype),
+        chosen,
+        _randn(g, h, dtype=torch.float32),
+        d**-0.5,
     )

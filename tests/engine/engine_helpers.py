@@ -41,10 +41,29 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) ->
     return out[0, len(prompt) :].tolist()
 
 
+def hf_greedy_uncached(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Reference greedy tokens from transformers' full forward over the whole sequence, without
+    a cache, one token at a time: the reference for models whose cached `generate` depends on
+    how the sequence is split into forward calls (DeepSeek-V4, whose indexer picks its top-k
+    entries from those a call can see; transformers marks such models `_is_stateful`)."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            ids.append(int(model(torch.tensor([ids]), use_cache=False).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def hf_reference(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """`hf_greedy_uncached` for `_is_stateful` models, else `hf_greedy`."""
+    if getattr(model, "_is_stateful", False):
+        return hf_greedy_uncached(model, prompt, max_new_tokens)
+    return hf_greedy(model, prompt, max_new_tokens)
+
+
 def hf_top2_gap(model: torch.nn.Module, tokens: list[int]) -> list[float]:
     """Gap between the top-2 logits at every position of `tokens` (for near-tie handling)."""
     with torch.no_grad():
-        logits = model(torch.tensor([tokens])).logits[0]
+        logits = model(torch.tensor([tokens]), use_cache=False).logits[0]
     top2 = logits.topk(2, dim=-1).values
     return (top2[:, 0] - top2[:, 1]).tolist()
 
@@ -92,6 +111,9 @@ def assert_blocks_free(engine: LLMEngine) -> None:
     """Every KV block is back in the pool (no request left any behind)."""
     bm = engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks, "blocks left after the requests ended"
+    sliding = getattr(bm, "sliding", None)  # a hybrid cache's second pool (DeepSeek-V4)
+    if sliding is not None:
+        assert sliding.num_free == sliding.num_blocks, "sliding blocks left after the requests"
 
 
 def run_staggered(

@@ -2,7 +2,8 @@
 
 One continuous batch per family (two requests join mid-run) with a 16-token step budget, so
 prompts are prefilled in chunks across steps; fp32; near-ties handled as in
-`test_greedy_equals_transformers`.
+`test_greedy_equals_transformers`. DeepSeek-V4's reference is transformers' uncached full
+forward (`engine_helpers.hf_greedy_uncached`); `test_deepseek_v4` goes further for it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import assert_same_until_tie, greedy, hf_greedy, run_to_completion, step
+from engine_helpers import (
+    assert_blocks_free,
+    assert_same_until_tie,
+    greedy,
+    hf_reference,
+    run_to_completion,
+    step,
+)
 from transformers import AutoModelForCausalLM
 
 from configs.engine_config import EngineConfig
@@ -36,7 +44,7 @@ def test_continuous_batch_matches_generate(family: str, tmp_path: Path) -> None:
         EngineConfig(
             dtype="float32",
             num_kv_blocks=64,
-            block_size=8,
+            block_size=16 if family == "deepseek_v4" else 8,  # V4: whole ratio-16 windows
             max_num_batched_tokens=16,
             max_model_len=256,
         ),
@@ -48,11 +56,12 @@ def test_continuous_batch_matches_generate(family: str, tmp_path: Path) -> None:
         if i in (1, 2):  # requests 2 and 3 join a batch that is already running
             step(engine, ours)
     run_to_completion(engine, ours)
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert_blocks_free(engine)
     engine.shutdown()
 
+    attention = "eager" if family == "deepseek_v4" else "sdpa"  # V4 ships eager only
     hf = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation="sdpa"
+        path, dtype=torch.float32, attn_implementation=attention
     ).eval()
     for i, p in enumerate(prompts):
-        assert_same_until_tie(ours[str(i)], hf_greedy(hf, p, MAX_TOKENS), p, hf)
+        assert_same_until_tie(ours[str(i)], hf_reference(hf, p, MAX_TOKENS), p, hf)

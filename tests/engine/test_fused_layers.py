@@ -46,6 +46,8 @@ EXPECTED = {
         "RegistryExperts": 1,
         "RegistryGroupedRouter": 1,
     },
+    # four layers; its norms, MLPs, experts and routers are not among the fused ones
+    "deepseek_v4": {"V4Attention": 4},
 }
 
 

@@ -1,5 +1,5 @@
-"""Tensor parallel 2 == 1 (Qwen, Phi-3) and expert parallel 2 == 1 (DeepSeek), through the real
-multi-rank path: rank actors in a Ray placement group joined by a gloo process group."""
+"""Tensor parallel 2 == 1 (Qwen, Phi-3, DeepSeek-V3/V4) and expert parallel 2 == 1 (DeepSeek-V3/V4),
+through the real multi-rank path: rank actors in a Ray placement group joined by a gloo process group."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from engine.tiny_checkpoints import make_tiny_checkpoint, tiny_config
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
 
 
-def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
+def _generate(path: Path, tp: int, ep: bool, block_size: int = 8) -> dict[str, list[int]]:
     config = EngineConfig(
         dtype="float32",
         num_kv_blocks=64,
-        block_size=8,
+        block_size=block_size,
         max_num_batched_tokens=16,
         max_model_len=256,
         rank_num_cpus=0.25,
@@ -38,12 +38,29 @@ def _generate(path: Path, tp: int, ep: bool) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize(
     ("family", "ep"),
-    [("qwen2", False), ("phi3", False), ("deepseek_v3", True), ("deepseek_v3", False)],
-    ids=["qwen2-tp2", "phi3-tp2", "deepseek_v3-ep2", "deepseek_v3-tp2"],
+    [
+        ("qwen2", False),
+        ("phi3", False),
+        ("deepseek_v3", True),
+        ("deepseek_v3", False),
+        # query heads, sinks and output groups split; the one K=V head, compressor and
+        # indexer replicated; routed experts split by width (tp2) or by expert (ep2)
+        ("deepseek_v4", False),
+        ("deepseek_v4", True),
+    ],
+    ids=[
+        "qwen2-tp2",
+        "phi3-tp2",
+        "deepseek_v3-ep2",
+        "deepseek_v3-tp2",
+        "deepseek_v4-tp2",
+        "deepseek_v4-ep2",
+    ],
 )
 def test_two_ranks_equal_one(ray_session: None, tmp_path: Path, family: str, ep: bool) -> None:
     path = make_tiny_checkpoint(family, tmp_path / family, real_vocab=False)
-    assert _generate(path, 2, ep) == _generate(path, 1, False)
+    block_size = 16 if family == "deepseek_v4" else 8  # whole compression windows per block
+    assert _generate(path, 2, ep, block_size) == _generate(path, 1, False, block_size)
 
 
 def test_fewer_kv_heads_than_ranks_replicates_them(ray_session: None, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ Each function has the exact signature of the torch_npu API documentation (so a w
 name or a positional use of a keyword-only argument raises `TypeError`), asserts the documented
 dtype/shape/layout constraints, records the call, and computes the answer with the project's
 reference or with the doc's own formula. Sources are cited per function; MoE and quant ops are in
-`fake_torch_npu_moe.py`, MLA ops and the FRACTAL_NZ format calls in `fake_torch_npu_mla.py`.
+`fake_torch_npu_moe.py`, MLA ops and the FRACTAL_NZ format calls in `fake_torch_npu_mla.py`,
+DeepSeek-V4's indexer and sparse attention in `fake_torch_npu_sparse.py`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fake_torch_npu_moe import (
     npu_moe_init_routing,
     npu_quant_matmul,
 )
+from fake_torch_npu_sparse import npu_lightning_indexer, npu_sparse_flash_attention
 from fake_torch_npu_util import FLOATS, HALVES, record
 
 from npu_ops.ops import activation, attention, norm
@@ -252,6 +254,8 @@ def make_module() -> types.ModuleType:
         npu_fused_infer_attention_score,
         npu_format_cast_,
         get_npu_format,
+        npu_lightning_indexer,
+        npu_sparse_flash_attention,
     ):
         setattr(module, fn.__name__, fn)
     return module

@@ -8,7 +8,8 @@ from npu_ops.ops.samples import OpShapes
 
 
 def small_shapes(dtype: torch.dtype = torch.float32, **overrides: object) -> OpShapes:
-    """Small but structurally complete shapes (GQA, two block sizes' worth, grouped routing)."""
+    """Small but structurally complete shapes (GQA, two block sizes' worth, grouped routing,
+    DeepSeek-V4 windows that start before the sequence and indexers that must choose)."""
     fields: dict[str, object] = {
         "dtype": dtype,
         "hidden_size": 64,
@@ -35,6 +36,13 @@ def small_shapes(dtype: torch.dtype = torch.float32, **overrides: object) -> OpS
         "kv_lora_rank": 16,
         "qk_nope_head_dim": 8,
         "qk_rope_head_dim": 8,
+        "v4_heads": 4,
+        "v4_head_dim": 16,
+        "v4_sliding_window": 8,
+        "v4_compress_ratio": 4,
+        "v4_index_heads": 4,
+        "v4_index_head_dim": 8,
+        "v4_index_topk": 3,
     }
     fields.update(overrides)
     return OpShapes(**fields)  # type: ignore[arg-type]

@@ -25,7 +25,8 @@ from npu_ops.ops.samples import build_case
 
 # torch_npu call each op must make (the MLA decode fallback is tested separately; None: the
 # reference's aten ops, no torch_npu call). The MLA ops' kernels take DeepSeek-V3's sizes only,
-# so at `small_shapes` they run the reference; test_mla_ops.py checks their kernel calls.
+# and DeepSeek-V4's indexer and attention kernels V4-Flash's, so at `small_shapes` they run the
+# reference; test_mla_ops.py and test_sparse_attention_ops.py check their kernel calls.
 KERNEL: dict[str, str | None] = {
     "rms_norm": "npu_rms_norm",
     "add_rms_norm": "npu_add_rms_norm",
@@ -42,6 +43,9 @@ KERNEL: dict[str, str | None] = {
     "grouped_lora": None,
     "mla_prolog": None,
     "mla_decode_attention": None,
+    "kv_compress": None,
+    "lightning_indexer": None,
+    "sparse_shared_kv_attention": None,
 }
 
 
