@@ -2,15 +2,14 @@
 
 Run before `serve run configs/families.yaml`, which serves them next to SmolLM2::
 
-    ascend-router make-tiny-models        # .tiny_models/{qwen2,deepseek_v3,deepseek_v4_protocol}
+    ascend-router make-tiny-models        # .tiny_models/{qwen2,deepseek_v3,deepseek_v4}
     ascend-router make-tiny-models --out DIR --families qwen2,qwen3,deepseek_v3
 
 Each family goes to `DIR/<family>` (replaced if present): safetensors shards with their index,
 `config.json`, `generation_config.json` (`engine.tiny_checkpoints`), and `tokenizer.json` /
 `tokenizer_config.json` / `chat_template.jinja` (`deployments.family_tokenizers`). The weights
 are random, so the answers are gibberish; the tokenizer, chat template, tool-call format and
-model architecture are the real ones (`deepseek_v4_protocol`: see `STAND_INS`). Nothing is
-downloaded.
+model architecture are the real ones. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -24,14 +23,7 @@ from deployments.family_tokenizers import FAMILY_TOKENIZERS, save_family_tokeniz
 from engine.tiny_checkpoints import make_tiny_checkpoint
 
 DEFAULT_OUT = Path(".tiny_models")
-DEFAULT_FAMILIES = ("qwen2", "deepseek_v3", "deepseek_v4_protocol")
-
-STAND_INS: dict[str, tuple[str, str]] = {"deepseek_v4_protocol": ("deepseek_v3", "deepseek_v4")}
-"""Tiny models whose body is another family's architecture: name -> (architecture, tokenizer
-family). `deepseek_v4_protocol` carries DeepSeek-V4's tokenizer (and so its prompt encoder, DSML
-tool calls and reasoning split, chosen by the config's `family: deepseek_v4`) on a DeepSeek-V3
-body (MLA + MoE with the same 129,280-row vocabulary): the engine does not run V4's hybrid
-attention yet, and refuses a `deepseek_v4` checkpoint at start-up."""
+DEFAULT_FAMILIES = ("qwen2", "deepseek_v3", "deepseek_v4")
 
 
 def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path]:
@@ -43,18 +35,17 @@ def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path
     Raises:
         ValueError: a family has no shipped tokenizer (the message lists those that do).
     """
-    known = sorted({*FAMILY_TOKENIZERS, *STAND_INS})
+    known = sorted(FAMILY_TOKENIZERS)
     unknown = [f for f in families if f not in known]
     if unknown:
         raise ValueError(f"no tiny model with a tokenizer for {unknown}; choose from {known}")
     paths = []
     for family in families:
-        architecture, tokenizer = STAND_INS.get(family, (family, family))
         final = out / family
         staging = out / f".{family}.partial"  # never leave a half-written checkpoint at `final`
         shutil.rmtree(staging, ignore_errors=True)
-        make_tiny_checkpoint(architecture, staging, real_vocab=True, seed=seed)
-        save_family_tokenizer(tokenizer, staging)
+        make_tiny_checkpoint(family, staging, real_vocab=True, seed=seed)
+        save_family_tokenizer(family, staging)
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
         paths.append(final)
@@ -75,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--families",
         default=",".join(DEFAULT_FAMILIES),
-        help=f"comma-separated, from {', '.join(sorted({*FAMILY_TOKENIZERS, *STAND_INS}))} "
+        help=f"comma-separated, from {', '.join(sorted(FAMILY_TOKENIZERS))} "
         f"(default {','.join(DEFAULT_FAMILIES)})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")

@@ -144,6 +144,7 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 16,
         "hc_mult": 2,
+        "hc_sinkhorn_iters": 4,
         "max_position_embeddings": 4096,
         "rope_parameters": {
             "rope_type": "yarn",

@@ -156,12 +156,14 @@ def test_supported_checkpoints_still_start(tmp_path: Path, smollm2_path: str) ->
 def test_plan_says_the_same_for_a_local_refused_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    DeepseekV4Config(**_V4_TINY).save_pretrained(tmp_path / "v4")
+    DeepseekV32Config(num_hidden_layers=2).save_pretrained(tmp_path / "v32")
     doc = yaml.safe_load(PROD.read_text())
-    doc["applications"][0]["args"]["models"][1]["source"] = {"path": str(tmp_path / "v4")}
-    config = tmp_path / "v4.yaml"
+    # models[1] is deepseek-v2-lite-chat; its checkpoint becomes a local V3.2 one
+    doc["applications"][0]["args"]["models"][1]["source"] = {"path": str(tmp_path / "v32")}
+    config = tmp_path / "v32.yaml"
     config.write_text(yaml.safe_dump(doc))
     assert run_command(plan_cmd, ["plan", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "model_type 'deepseek_v4' (DeepseekV4ForCausalLM) is not supported" in err, err
+    assert "model_type 'deepseek_v32' (DeepseekV32ForCausalLM) is not supported" in err, err
+    assert "lightning indexer" in err, err
     assert SUPPORTED_LIST in err, err
