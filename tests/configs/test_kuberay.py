@@ -164,8 +164,9 @@ def test_npu_workers_declare_what_they_request(tmp_path: Path) -> None:
     (arg,) = shlex.split(f"--resources={value}")
     assert json.loads(arg.removeprefix("--resources=")) == {"NPU": 8}
     assert _get_custom_resources({}, group["rayStartParams"], group["groupName"]) == {"NPU": 8}
-    # prod: 7 NPUs at the smallest sizes fit one node; qwen at 4 replicas needs a second
-    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 1, 2)
+    # prod: 15 NPUs at the smallest sizes need two nodes (DeepSeek-V4-Flash's 8 ranks take one
+    # whole); qwen at 4 replicas needs a third
+    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (2, 2, 3)
     assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     assert container["args"] == ["source /usr/local/Ascend/ascend-toolkit/set_env.sh"]
@@ -228,7 +229,7 @@ def test_stdout_when_no_output_is_given(capsys: pytest.CaptureFixture[str]) -> N
     ("flags", "config", "message"),
     [
         ([], "configs/local.yaml", "http_options.host is '127.0.0.1'"),
-        (["--npus-per-worker", "2"], PROD, "deepseek-v2-lite-chat: one replica needs 4 NPUs"),
+        (["--npus-per-worker", "2"], PROD, "deepseek-v4-flash: one replica needs 8 NPUs"),
         (
             ["--models-mount", "/weights"],
             PROD,
@@ -303,11 +304,8 @@ def test_cann_set_env_is_shell_quoted() -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (
-            ["--npus-per-worker", "4", "--max-workers", "1"],
-            "--max-workers 1: the deployments need 2",
-        ),
-        (["--npus-per-worker", "4", "--workers", "1"], "--workers 1: the deployments need 2"),
+        (["--max-workers", "1"], "--max-workers 1: the deployments need 2"),
+        (["--workers", "1"], "--workers 1: the deployments need 2"),
         (["--npus-per-worker", "5000"], "need 1..4096"),
         (["--workers", "10001"], "need 1..10000"),
         (["--head-cpus", "0"], "not a positive Kubernetes quantity"),

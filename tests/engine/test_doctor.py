@@ -119,9 +119,10 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 def test_healthy_npu_host_passes_everything(tmp_path: Path) -> None:
-    # prod.yaml needs 7 NPUs at its minimum replicas and 10 at its maximum: two 8-card nodes
-    two_nodes = [RayNode("10.0.0.1", 8.0), RayNode("10.0.0.2", 8.0)]
-    checks = run_doctor(npu_host(tmp_path, ray=lambda a: two_nodes), load_app_config(PROD))
+    # prod.yaml needs 15 NPUs at its minimum replicas and 18 at its maximum (DeepSeek-V4-Flash
+    # takes a whole 8-card node): three 8-card nodes
+    nodes = [RayNode(f"10.0.0.{i}", 8.0) for i in (1, 2, 3)]
+    checks = run_doctor(npu_host(tmp_path, ray=lambda a: nodes), load_app_config(PROD))
     assert [c for c in checks if c.status is not Status.PASS] == []
     named = by_name(checks)
     assert "driver 23.0.6, firmware 7.1.0.6.220" in named["npu-smi / driver"].detail

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from cli import plan_cmd
 from configs.model_config import ModelDeploymentConfig
 from configs.serve_file import load_app_config, pick_model
+from engine.planning.hub_configs import hub_checkpoint
 from engine.planning.memory_plan import ACTIVATION_RESERVE_BYTES, GiB, plan_deployment
 from engine.planning.model_facts import model_facts
 
@@ -32,7 +33,8 @@ def _write(doc: dict, path: Path) -> Path:
 def test_prod_fits(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command(plan_cmd, ["plan", str(PROD)]) == 0
     out = capsys.readouterr().out
-    for model in ("qwen2.5-7b-instruct", "deepseek-v2-lite-chat", "phi-3-mini-4k-instruct"):
+    models = ("qwen2.5-7b-instruct", "deepseek-v2-lite-chat", "phi-3-mini-4k-instruct")
+    for model in (*models, "deepseek-v4-flash"):
         assert model in out
     assert "CANNOT FIT" not in out and "| NO" not in out
 
@@ -170,3 +172,135 @@ def test_plan_rejects_unreadable_and_invalid_configs(
     assert run_command(plan_cmd, ["plan", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "no application with import_path" in err
+
+
+# DeepSeek-V4-Flash in bfloat16 (fact sheet shared/research/deepseek-v4.md, 7.3): 21 ratio-4 layers
+# cache one 512-wide entry and one 128-wide indexer key per 4 tokens, 20 ratio-128 layers one
+# 512-wide entry per 128 tokens
+V4_FLASH_BYTES_PER_TOKEN = 21 * (512 + 128) * 2 / 4 + 20 * 512 * 2 / 128
+# per token of the sliding window, every rank: 43 layers' 512-wide K=V, the ratio-4 compressors'
+# kv and gate projections (2 x 512 each, windows overlap), the indexer's (2 x 128 each), the
+# ratio-128 compressors' (512 each)
+V4_FLASH_SLIDING_BYTES_PER_TOKEN = (43 * 512 + 21 * 2 * 1024 + 21 * 2 * 256 + 20 * 2 * 512) * 2
+
+
+def _v4_plan():  # type: ignore[no-untyped-def]
+    model = pick_model(load_app_config(PROD), "deepseek-v4-flash")
+    return model, plan_deployment(model, model_facts(model))
+
+
+def test_prod_names_v4_flash_w8a8_on_one_node_from_its_stored_config() -> None:
+    model, plan = _v4_plan()
+    assert hub_checkpoint(model.source.path or "").repo == "Eco-Tech/DeepSeek-V4-Flash-w8a8-mtp"
+    assert (model.family, model.tensor_parallel_size, model.expert_parallel) == (
+        "deepseek_v4",
+        8,
+        True,
+    )
+    assert (model.engine.block_size, model.engine.max_model_len) == (128, 1 << 20)
+    assert "stored config of Eco-Tech/DeepSeek-V4-Flash-w8a8-mtp" in plan.shape_source
+    config = model_facts(model).hf_config
+    assert config is not None and config.model_type == "deepseek_v4"
+    # the fact sheet's section 2
+    layer_types = list(config.layer_types)
+    assert (len(layer_types), layer_types[:2]) == (43, ["sliding_attention"] * 2)
+    assert layer_types.count("compressed_sparse_attention") == 21
+    assert layer_types.count("heavily_compressed_attention") == 20
+    assert layer_types[-1] == "compressed_sparse_attention"
+    assert dict(config.compress_rates) == {
+        "compressed_sparse_attention": 4,
+        "heavily_compressed_attention": 128,
+    }
+    assert (config.head_dim, config.index_head_dim, config.sliding_window) == (512, 128, 128)
+    assert (config.hidden_size, config.vocab_size, config.max_position_embeddings) == (
+        4096,
+        129280,
+        1048576,
+    )
+    assert (config.n_routed_experts, config.num_experts_per_tok) == (256, 6)
+    assert (config.moe_intermediate_size, config.q_lora_rank) == (2048, 1024)
+    assert (config.o_groups, config.o_lora_rank, config.index_n_heads) == (8, 1024, 64)
+    assert (config.index_topk, config.hc_mult, config.num_nextn_predict_layers) == (512, 4, 1)
+    assert config.mlp_layer_types[:4] == ["hash_moe"] * 3 + ["moe"]
+
+
+def test_v4_flash_weights_are_w8a8_and_sharded_as_the_engine_shards() -> None:
+    _, plan = _v4_plan()
+    facts = model_facts(pick_model(load_app_config(PROD), "deepseek-v4-flash"))
+    weights = facts.weights
+    assert weights is not None and weights.total == plan.weights_total
+    # 284B parameters (the MTP layer is not built), nearly all int8, the rest bfloat16
+    assert 283e9 < weights.num_parameters < 286e9 and weights.int8_parameters > 0.99 * 283e9
+    float_params = weights.num_parameters - weights.int8_parameters
+    assert weights.int8_parameters + 2 * float_params <= plan.weights_total
+    assert plan.weights_total < weights.int8_parameters + 2 * float_params + (64 << 20)  # buffers
+    # embeddings, LM head, compressors, indexers and the K=V head are on every rank
+    assert plan.weights_total / 8 < plan.weights_per_rank < plan.weights_total / 7
+
+
+def test_v4_flash_kv_per_token_and_sequences_follow_the_hybrid_geometry() -> None:
+    model, plan = _v4_plan()
+    assert plan.kv_bytes_per_token == V4_FLASH_BYTES_PER_TOKEN == 6880
+    assert plan.kv_bytes_per_block == 6880 * 128
+    assert plan.sliding_bytes_per_block == V4_FLASH_SLIDING_BYTES_PER_TOKEN * 128
+    # sliding pool: twice 32 sequences x 2 blocks (span 127 tokens + the next token's block),
+    # plus a step's 8192 / 128 new blocks, plus one per sequence (HybridKVSpec.sliding_blocks_for)
+    assert (plan.sliding_blocks_per_seq, plan.sliding_blocks) == (2, 2 * 32 * 2 + 64 + 32)
+    pool = plan.sliding_blocks * plan.sliding_bytes_per_block
+    budget = int(64 * GiB * 0.9) - plan.weights_per_rank - ACTIVATION_RESERVE_BYTES - pool
+    blocks = budget // (6880 * 128)
+    assert (plan.kv_budget, plan.num_blocks) == (budget, blocks)
+    for tokens, full_blocks in ((128 * 1024, 1024), (1 << 20, 8192)):
+        expected = min(blocks // full_blocks, plan.sliding_blocks // 2)
+        assert plan.blocks_for(tokens) == full_blocks and plan.seqs_at(tokens) == expected >= 1
+    assert plan.max_seqs_full_context == plan.seqs_at(1 << 20) and plan.fits
+    need = plan.weights_per_rank + ACTIVATION_RESERVE_BYTES + pool + 8192 * 6880 * 128
+    assert plan.min_free_per_rank() == need
+
+
+def test_prod_plan_prints_v4_flash_kv_and_sequences_at_128k_and_1m(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, plan = _v4_plan()
+    assert run_command(plan_cmd, ["plan", str(PROD)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = [c.strip() for c in lines[0].split("|")]
+    row = [c.strip() for c in next(x for x in lines if x.startswith("deepseek-v4-flash ")).split("|")]
+    cells = dict(zip(header, row))
+    assert cells["KV/TOKEN/RANK"] == "6.7 KiB (6,880 B)"
+    assert cells["SEQS @ 128K"] == str(plan.seqs_at(128 * 1024))
+    assert cells["SEQS @ 1M"] == str(plan.seqs_at(1 << 20))
+    assert cells["KV BLOCKS/RANK"] == f"{plan.num_blocks} x 128 + 224 sliding"
+    assert cells["FITS"] == "yes"
+    # contexts beyond a deployment's max_model_len are not planned
+    qwen = [c.strip() for c in next(x for x in lines if x.startswith("qwen")).split("|")]
+    assert dict(zip(header, qwen))["SEQS @ 128K"] == "-"
+    hybrid = next(x for x in lines if x.startswith("deepseek-v4-flash: KV cache hybrid"))
+    assert "sliding-window pool 224 blocks" in hybrid and "1M: 8192 + 2 blocks" in hybrid
+    budget = next(x for x in lines if x.startswith("deepseek-v4-flash: shapes from"))
+    assert " - sliding-window pool " in budget
+
+
+@pytest.mark.parametrize(
+    ("path", "known"),
+    [
+        ("/models/DeepSeek-V4-Flash-w8a8-mtp", True),
+        ("/models/deepseek-v4-flash-w8a8-mtp/", True),
+        ("Eco-Tech/DeepSeek-V4-Flash-w8a8-mtp", True),
+        ("/models/DeepSeek-V4-Flash", False),
+        ("/models/DeepSeek-V2-Lite-Chat", False),
+    ],
+)
+def test_stored_hub_configs_match_by_hub_id_or_directory_name(path: str, known: bool) -> None:
+    assert (hub_checkpoint(path) is not None) is known
+
+
+def test_a_v4_block_size_that_splits_a_compression_window_cannot_be_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _prod_doc()
+    doc["applications"][0]["args"]["models"][3]["engine"]["block_size"] = 64
+    assert run_command(plan_cmd, ["plan", str(_write(doc, tmp_path / "bs64.yaml"))]) == 2
+    assert "block_size 64 is not a multiple of DeepSeek-V4's compress ratio 128" in (
+        capsys.readouterr().err
+    )
