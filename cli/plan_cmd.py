@@ -77,8 +77,8 @@ def _hybrid_line(plan: DeploymentPlan) -> str:
         for n in CONTEXTS
     )
     return (
-        f"{plan.model_id}: KV cache {plan.kv_geometry}; {plan.kv_bytes_per_block} B per block of the "
-        f"growing kinds, sliding-window pool {plan.sliding_blocks} blocks x "
+        f"{plan.model_id}: KV cache {plan.kv_geometry}; {plan.kv_bytes_per_block} B per block "
+        f"of the growing kinds, sliding-window pool {plan.sliding_blocks} blocks x "
         f"{plan.sliding_bytes_per_block} B = {gib(plan.sliding_pool_bytes)} per rank; a sequence "
         f"holds ceil(tokens / {plan.block_size}) growing + {plan.sliding_blocks_per_seq} sliding "
         f"blocks ({at})"

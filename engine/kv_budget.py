@@ -66,9 +66,7 @@ def num_kv_blocks(
     if draft is not None:
         per_block += draft.bytes_per_block(config.block_size)
     # a hybrid cache's sliding-window pool is a fixed allotment, taken off the budget first
-    sliding = 0
-    if spec.hybrid:
-        sliding = spec.sliding_blocks * spec.sliding_bytes_per_block(config.block_size)  # type: ignore[union-attr]
+    sliding = spec.sliding_pool_bytes(config.block_size)
     if config.num_kv_blocks is not None:
         blocks, source = config.num_kv_blocks, "num_kv_blocks (hand-set)"
     elif profile is None:
@@ -89,7 +87,7 @@ def num_kv_blocks(
             )
         blocks = kv_bytes // per_block
     if sliding:
-        source += f"; sliding-window pool {spec.sliding_blocks} blocks = {sliding / GiB:.3f} GiB"  # type: ignore[union-attr]
+        source += f"; sliding-window pool {sliding / GiB:.3f} GiB"
     tokens = blocks * config.block_size
     logger.info(
         "KV cache: %s; %g bytes/token (%s), %d bytes/block (block_size=%d) -> %d blocks = %d "
@@ -108,6 +106,7 @@ def num_kv_blocks(
         raise ValueError(
             f"KV cache holds {tokens} tokens ({blocks} blocks of {config.block_size}; {source}), "
             f"fewer than one sequence of max_model_len={max_model_len}: give it at least "
-            f"{max_model_len * per_block // config.block_size} bytes or lower max_model_len"
+            f"{max_model_len * per_block // config.block_size + sliding} bytes or lower "
+            "max_model_len"
         )
     return int(blocks)

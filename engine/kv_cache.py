@@ -102,6 +102,11 @@ class KVCacheSpec:
         entries)."""
         return self.entry_bytes() * (block_size // self.compress_ratio)
 
+    def sliding_pool_bytes(self, block_size: int) -> int:
+        """Bytes set aside before the growing cache is sized: none for one kind (see
+        `HybridKVSpec.sliding_pool_bytes`)."""
+        return 0
+
     def describe(self) -> str:
         """The geometry in words, for the start-up log line."""
         if self.name != "kv":

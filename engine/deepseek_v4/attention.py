@@ -27,9 +27,10 @@ from torch import nn
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import apply_rotary_pos_emb
 
 from engine.deepseek_v4.cache import CSA, SLIDING, V4LayerCache
-from engine.deepseek_v4.step_indices import HybridStep
+from engine.deepseek_v4.step_indices import HybridStep, RatioIndices
 from engine.forward_context import current_forward_context
 from npu_ops.ops import active_ops
+from npu_ops.ops.registry import OpTable
 
 V4_ATTENTIONS = frozenset({"DeepseekV4Attention"})
 """transformers attention classes of DeepSeek-V4."""
@@ -125,13 +126,13 @@ class V4Attention(nn.Module):
         comp = self.compressor
         csa = self.layer_type == CSA
         idx = step.ratio(self.ratio, overlap=csa)
-        _compress(
-            comp, step, idx, hidden_states, cache.state_kv, cache.state_gate, cache.compressed, csa
-        )
+        state = (cache.state_kv, cache.state_gate, cache.compressed)
+        _compress(self._ops, comp, step, idx, hidden_states, *state, csa)
         if not csa:
             return idx.visible
         indexer = comp.indexer
         _compress(
+            self._ops,
             indexer,
             step,
             idx,
@@ -155,9 +156,10 @@ class V4Attention(nn.Module):
 
 
 def _compress(
+    ops: OpTable,
     module: nn.Module,
     step: HybridStep,
-    idx: object,
+    idx: RatioIndices,
     hidden_states: torch.Tensor,
     state_kv: torch.Tensor | None,
     state_gate: torch.Tensor | None,
@@ -170,18 +172,11 @@ def _compress(
     write = step.write_slots()
     state_kv[write] = module.kv_proj(hidden_states)[0].to(state_kv.dtype)
     state_gate[write] = module.gate_proj(hidden_states)[0].to(state_gate.dtype)
-    if not idx.entry_slots.numel():  # type: ignore[attr-defined]
+    if not idx.entry_slots.numel():
         return
-    ops = active_ops()
-    pooled = ops.kv_compress(
-        state_kv,
-        state_gate,
-        idx.window_slots,
-        module.position_bias,
-        overlap,  # type: ignore[attr-defined]
-    )
+    pooled = ops.kv_compress(state_kv, state_gate, idx.window_slots, module.position_bias, overlap)
     pooled = module.kv_norm(pooled)
-    positions = idx.entry_positions[None]  # type: ignore[attr-defined]
+    positions = idx.entry_positions[None]
     cos, sin = module.rotary_emb(pooled, position_ids=positions, layer_type=module.rope_layer_type)
     pooled = apply_rotary_pos_emb(pooled[None, None], cos, sin)[0, 0]
-    entries[idx.entry_slots] = pooled.to(entries.dtype)  # type: ignore[attr-defined]
+    entries[idx.entry_slots] = pooled.to(entries.dtype)

@@ -161,6 +161,11 @@ class HybridKVSpec:
         """Bytes of one sliding-group block."""
         return sum(k.bytes_per_block(block_size) for k in self.kinds if k.sliding)
 
+    def sliding_pool_bytes(self, block_size: int) -> int:
+        """Bytes of the sliding-window pool (`sliding_blocks` blocks), set aside before the
+        full pool is sized (`engine.kv_budget`)."""
+        return self.sliding_blocks * self.sliding_bytes_per_block(block_size)
+
     def sliding_blocks_per_sequence(self, block_size: int) -> int:
         """Sliding blocks a sequence holds between steps at most: those covering its last
         `span` tokens, the block of its next token included."""

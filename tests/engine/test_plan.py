@@ -258,6 +258,17 @@ def test_v4_flash_kv_per_token_and_sequences_follow_the_hybrid_geometry() -> Non
     assert plan.min_free_per_rank() == need
 
 
+def test_v4_flash_plan_gets_the_blocks_the_engine_would_allot() -> None:
+    from engine.kv_budget import MemoryProfile, num_kv_blocks
+
+    model, plan = _v4_plan()
+    spec = model_facts(model).kv_spec(torch.bfloat16, 8, model.engine)
+    assert spec.hybrid and spec.sliding_blocks == plan.sliding_blocks
+    # the engine's start-up budget, with the planner's reserve as the measured peak
+    profile = MemoryProfile(64 * GiB, plan.weights_per_rank, ACTIVATION_RESERVE_BYTES)
+    assert num_kv_blocks(model.engine, spec, 1 << 20, profile) == plan.num_blocks
+
+
 def test_prod_plan_prints_v4_flash_kv_and_sequences_at_128k_and_1m(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -265,16 +276,19 @@ def test_prod_plan_prints_v4_flash_kv_and_sequences_at_128k_and_1m(
     assert run_command(plan_cmd, ["plan", str(PROD)]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = [c.strip() for c in lines[0].split("|")]
-    row = [c.strip() for c in next(x for x in lines if x.startswith("deepseek-v4-flash ")).split("|")]
-    cells = dict(zip(header, row))
-    assert cells["KV/TOKEN/RANK"] == "6.7 KiB (6,880 B)"
-    assert cells["SEQS @ 128K"] == str(plan.seqs_at(128 * 1024))
-    assert cells["SEQS @ 1M"] == str(plan.seqs_at(1 << 20))
-    assert cells["KV BLOCKS/RANK"] == f"{plan.num_blocks} x 128 + 224 sliding"
-    assert cells["FITS"] == "yes"
+
+    def cells(prefix: str) -> dict[str, str]:
+        row = next(x for x in lines if x.startswith(prefix))
+        return dict(zip(header, (c.strip() for c in row.split("|"))))
+
+    v4 = cells("deepseek-v4-flash ")
+    assert v4["KV/TOKEN/RANK"] == "6.7 KiB (6,880 B)"
+    assert v4["SEQS @ 128K"] == str(plan.seqs_at(128 * 1024))
+    assert v4["SEQS @ 1M"] == str(plan.seqs_at(1 << 20))
+    assert v4["KV BLOCKS/RANK"] == f"{plan.num_blocks} x 128 + 224 sliding"
+    assert v4["FITS"] == "yes"
     # contexts beyond a deployment's max_model_len are not planned
-    qwen = [c.strip() for c in next(x for x in lines if x.startswith("qwen")).split("|")]
-    assert dict(zip(header, qwen))["SEQS @ 128K"] == "-"
+    assert cells("qwen2.5-7b-instruct ")["SEQS @ 128K"] == "-"
     hybrid = next(x for x in lines if x.startswith("deepseek-v4-flash: KV cache hybrid"))
     assert "sliding-window pool 224 blocks" in hybrid and "1M: 8192 + 2 blocks" in hybrid
     budget = next(x for x in lines if x.startswith("deepseek-v4-flash: shapes from"))

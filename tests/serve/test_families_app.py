@@ -301,3 +301,18 @@ def test_v4_dsml_cases_written_by_the_served_model(
         assert cut
         with pytest.raises(json.JSONDecodeError):
             json.loads(call["function"]["arguments"])
+
+
+def test_v4_completions_take_token_ids_streamed_and_not(families: dict[str, Any]) -> None:
+    """The real tiny DeepSeek-V4 (hybrid KV cache) over /v1/completions with a prompt given
+    as token ids, as OpenAI's API allows: the streamed text equals the non-streamed one."""
+    client = _client(families)
+    ids = [0, 128803, 100, 2000, 30000, 128804]  # BOS, <｜User｜>, three tokens, <｜Assistant｜>
+    whole = client.completions.create(model=V4, prompt=ids, max_tokens=12, temperature=0)
+    assert whole.usage is not None and whole.usage.prompt_tokens == len(ids)
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    streamed = client.completions.create(
+        model=V4, prompt=ids, max_tokens=12, temperature=0, stream=True
+    )
+    text = "".join(c.choices[0].text for c in streamed if c.choices)
+    assert text == whole.choices[0].text
