@@ -200,10 +200,12 @@ class HybridKVSpec:
     def allocate(
         self, num_blocks: int, block_size: int, device: torch.device
     ) -> list[V4LayerCache]:
-        """Zeroed tensors for `num_blocks` full-group and `sliding_blocks` sliding blocks (at
-        least `num_blocks` of them: a profiling step's one sequence uses as many of each)."""
+        """Zeroed tensors for `num_blocks` full-group and `sliding_blocks` sliding blocks (as many
+        sliding as full blocks while `sliding_blocks` is unsized, 0). A sized pool always holds a
+        profiling step's one sequence: it has a step's worth of blocks
+        (`sliding_blocks_for`)."""
         self.check_block_size(block_size)
-        slots = max(self.sliding_blocks, num_blocks) * block_size
+        slots = (self.sliding_blocks or num_blocks) * block_size
 
         def zeros(rows: int, width: int) -> torch.Tensor:
             return torch.zeros(rows, width, dtype=self.dtype, device=device)

@@ -16,8 +16,8 @@ Per rank (one NPU; a replica has `tensor_parallel_size` ranks):
 - KV budget = `device_memory × gpu_memory_utilization − weights − ACTIVATION_RESERVE_BYTES`,
   the engine's own budget formula (DESIGN.md, "KV budget comes from measurement") with the
   profiled peak activations replaced by a fixed reserve; a hybrid cache's sliding-window pool
-  (`sliding_blocks × sliding_bytes_per_block`, sized by `engine.llm_engine.kv_spec` for
-  `max_num_seqs` and `max_num_batched_tokens`) comes off it first, as in `engine.kv_budget`;
+  (`sliding_pool_bytes(block_size)`, its `sliding_blocks` sized by `engine.llm_engine.kv_spec`
+  for `max_num_seqs` and `max_num_batched_tokens`) comes off it first, as in `engine.kv_budget`;
 - blocks = `KV budget // bytes_per_block(block_size)`; a sequence of `n` tokens needs
   `ceil(n / block_size)` of them, and with a hybrid cache also
   `sliding_blocks_per_sequence(block_size)` blocks of the sliding pool, so
@@ -92,6 +92,7 @@ class DeploymentPlan:
         sliding_blocks: blocks of a hybrid cache's sliding-window pool; 0 for other caches.
         sliding_bytes_per_block: bytes of one sliding-pool block.
         sliding_blocks_per_seq: sliding blocks one sequence holds at most between steps.
+        sliding_pool_bytes: bytes of the sliding-window pool on one rank; 0 for other caches.
         kv_geometry: the KV kinds in words (`describe()` of the engine's spec).
     """
 
@@ -116,6 +117,7 @@ class DeploymentPlan:
     sliding_blocks: int = 0
     sliding_bytes_per_block: int = 0
     sliding_blocks_per_seq: int = 0
+    sliding_pool_bytes: int = 0
     kv_geometry: str = ""
 
     @property
@@ -127,11 +129,6 @@ class DeploymentPlan:
     def hybrid(self) -> bool:
         """The KV cache has a sliding-window pool beside its growing blocks (DeepSeek-V4)."""
         return self.sliding_blocks > 0
-
-    @property
-    def sliding_pool_bytes(self) -> int:
-        """Bytes of the sliding-window pool on one rank; 0 for other caches."""
-        return self.sliding_blocks * self.sliding_bytes_per_block
 
     def blocks_for(self, num_tokens: int) -> int:
         """Growing (full-group) blocks of one sequence of `num_tokens` tokens."""
@@ -184,17 +181,15 @@ def plan_deployment(
     spec = facts.kv_spec(dtype, tp, eng)
     per_token = spec.bytes_per_token()
     per_block = spec.bytes_per_block(eng.block_size)
+    # a hybrid cache's sliding-window pool is a fixed allotment, off the budget first
+    pool = spec.sliding_pool_bytes(eng.block_size)
     sliding = sliding_block = sliding_per_seq = 0
-    if spec.hybrid:  # the sliding-window pool is a fixed allotment, off the budget first
+    if spec.hybrid:
         sliding = spec.sliding_blocks  # type: ignore[union-attr]
         sliding_block = spec.sliding_bytes_per_block(eng.block_size)  # type: ignore[union-attr]
         sliding_per_seq = spec.sliding_blocks_per_sequence(eng.block_size)  # type: ignore[union-attr]
-    budget = (
-        int(memory * eng.gpu_memory_utilization)
-        - weights_rank
-        - ACTIVATION_RESERVE_BYTES
-        - sliding * sliding_block
-    )
+    budget = int(memory * eng.gpu_memory_utilization) - weights_rank - ACTIVATION_RESERVE_BYTES
+    budget -= pool
     blocks = max(0, budget // per_block)
     plan = DeploymentPlan(
         model.model_id,
@@ -218,15 +213,16 @@ def plan_deployment(
         sliding,
         sliding_block,
         sliding_per_seq,
+        pool,
         spec.describe(),
     )
     seqs = plan.seqs_at(facts.max_model_len)
     problems: list[str] = []
     if budget <= 0:
-        pool = f" + sliding-window pool {gib(plan.sliding_pool_bytes)}" if sliding else ""
+        pooled = f" + sliding-window pool {gib(pool)}" if pool else ""
         problems.append(
             f"weights {gib(weights_rank)} per rank + activation reserve "
-            f"{gib(ACTIVATION_RESERVE_BYTES)}{pool} exceed {eng.gpu_memory_utilization:g} × "
+            f"{gib(ACTIVATION_RESERVE_BYTES)}{pooled} exceed {eng.gpu_memory_utilization:g} × "
             f"{gib(memory)} device memory; raise tensor_parallel_size or use larger cards"
         )
     elif seqs < 1:

@@ -12,10 +12,12 @@ replicated), not `total / tensor_parallel_size`.
 Bytes per parameter: the engine's `dtype`, except for a ModelSlim W8A8 checkpoint (`w8a8`),
 whose linear weights inside the decoder layers are int8, 1 byte (`nn.Linear` weights and the
 routed experts' `gate_up_proj` / `down_proj`), the MoE routers (`mlp.gate`) excepted;
-embeddings, LM head, norms, routers, hyper-connections, sinks and buffers stay as they are. The
-per-channel scales and offsets of the int8 weights (one or two values per output row, < 0.1% of
-the bytes) are left out. Which layers a ModelSlim recipe keeps in float varies; this is a
-planning estimate, the engine measures the loaded weights at start-up.
+embeddings, LM head, norms, routers, hyper-connections, sinks and buffers stay as the model
+class holds them (the dtype; float32 where transformers keeps a parameter so, e.g. DeepSeek-V4's
+hyper-connection mixers and norms). The per-channel scales and offsets of the int8 weights (one
+or two values per output row, < 0.1% of the bytes) are left out. Which layers a ModelSlim recipe
+keeps in float varies; this is a planning estimate, the engine measures the loaded weights at
+start-up.
 """
 
 from __future__ import annotations

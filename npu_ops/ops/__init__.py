@@ -5,8 +5,10 @@ On the serving path the model's norm, rotary, SwiGLU and MoE routing modules cal
 (`engine.fused_layers`, `engine.fused_moe`; per family: docs/architecture.md, "Ops on the
 serving path"), W8A8 linears call `dynamic_quant`/`quant_matmul`, and `engine.attention` calls
 `paged_decode_attention` for decode tokens (prefill attention is still its own SDPA), DeepSeek's
-MLA calls `mla_prolog` and `mla_decode_attention` (`engine.mla_attention`), and LoRA linears call
-`grouped_lora` on steps with LoRA requests (`engine.lora.layer`).
+MLA calls `mla_prolog` and `mla_decode_attention` (`engine.mla_attention`), DeepSeek-V4's
+attention `kv_compress`, `lightning_indexer` and `sparse_shared_kv_attention`
+(`engine.deepseek_v4.attention`), and LoRA linears call `grouped_lora` on steps with LoRA
+requests (`engine.lora.layer`).
 The op list and its implementations are in `npu_ops.ops.catalog`; selection rules in
 `npu_ops.ops.registry`. Override one op for debugging with
 `ASCEND_ROUTER_OP_IMPL="rms_norm=reference,swiglu=npu"`.

@@ -7,8 +7,17 @@ every block of both pools is free afterwards.
 The tiny checkpoint (`engine.tiny_checkpoints.FAMILY_CONFIGS["deepseek_v4"]`): window 8, one
 sliding-only layer, two ratio-4 layers whose indexer keeps 2 entries (so it really selects past
 8 tokens), one ratio-16 layer, hash-routed MoE in the first two layers. The reference is
-transformers' uncached forward over the whole sequence per token: its cached `generate` depends
-on how the sequence is split into calls where the indexer selects.
+transformers' uncached forward over the whole sequence per token.
+
+Why not transformers' cached `generate`: with a tiny config whose indexer has 2 heads (issue 25's
+try), whole-prompt, 7- and 16-token chunks and 1-token steps differ by up to 0.04 in the logits.
+transformers' cached path is not wrong: the indexer's score `sum_h w_h relu(q_h . k)` is exactly
+0 for an entry whose every head's dot product is negative, and 0 is the best score when the head
+weights are negative; 12 queries of a 60-token prompt then tie exactly at the top-k boundary, and
+`torch.topk` breaks exact ties by an order that depends on the scored tensor's length (how many
+entries the call sees): `torch.tensor([-4e-5, 0, -2e-3, 0, 0, 0]).topk(2)` keeps entries 1 and 5,
+not 1 and 3. With 8 indexer heads (ties at odds 2**-8 per entry, this checkpoint) the same
+splits agree to 2e-7, and so does our paged cache.
 """
 
 from __future__ import annotations

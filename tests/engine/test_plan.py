@@ -231,9 +231,11 @@ def test_v4_flash_weights_are_w8a8_and_sharded_as_the_engine_shards() -> None:
     assert weights is not None and weights.total == plan.weights_total
     # 284B parameters (the MTP layer is not built), nearly all int8, the rest bfloat16
     assert 283e9 < weights.num_parameters < 286e9 and weights.int8_parameters > 0.99 * 283e9
+    # the rest in bfloat16, or float32 where transformers keeps it so (hyper-connection mixers,
+    # norms, sinks), plus buffers (the hash layers' token-to-expert tables)
     float_params = weights.num_parameters - weights.int8_parameters
     assert weights.int8_parameters + 2 * float_params <= plan.weights_total
-    assert plan.weights_total < weights.int8_parameters + 2 * float_params + (64 << 20)  # buffers
+    assert plan.weights_total < weights.int8_parameters + 4 * float_params + (64 << 20)
     # embeddings, LM head, compressors, indexers and the K=V head are on every rank
     assert plan.weights_total / 8 < plan.weights_per_rank < plan.weights_total / 7
 

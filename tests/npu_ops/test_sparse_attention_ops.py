@@ -67,26 +67,29 @@ def test_kv_compress_is_a_gated_softmax_pool_of_each_windows_tokens(overlap: boo
 
 
 def test_lightning_indexer_keeps_the_best_weighted_relu_scores() -> None:
+    g = torch.Generator().manual_seed(1)
     t, h, d, n = 4, 3, 8, 9
-    query, weights = torch.randn(t, h, d), torch.randn(t, h)
-    cache = torch.randn(40, d)
-    slots = torch.randperm(40)[: t * n].view(t, n)
+    query, weights = torch.randn(t, h, d, generator=g), torch.randn(t, h, generator=g)
+    cache = torch.randn(40, d, generator=g)
+    slots = torch.randperm(40, generator=g)[: t * n].view(t, n)
     slots[1, 5:] = -1  # five visible entries
     slots[2, 2:] = -1  # fewer visible than kept
     got = sparse_attention.lightning_indexer(query, weights, cache, slots, 4, d**-0.5)
     assert got.shape == (4, 4)
     for i in range(t):
-        scored = []
-        for slot in slots[i].tolist():
-            if slot < 0:
-                continue
-            s = sum(
+        score = {
+            slot: d**-0.5
+            * sum(
                 float(weights[i, k]) * max(float(query[i, k].double() @ cache[slot].double()), 0)
                 for k in range(h)
             )
-            scored.append((s * d**-0.5, slot))
-        best = [slot for _, slot in sorted(scored, reverse=True)[:4]]
-        assert got[i].tolist() == best + [-1] * (4 - len(best))
+            for slot in slots[i].tolist()
+            if slot >= 0
+        }
+        best = sorted(score.values(), reverse=True)[:4]  # scores, as entries may tie (at 0)
+        kept = [slot for slot in got[i].tolist() if slot >= 0]
+        assert got[i].tolist() == kept + [-1] * (4 - len(best)) and len(set(kept)) == len(kept)
+        assert [score[slot] for slot in kept] == pytest.approx(best, rel=1e-5, abs=1e-6)
 
 
 def _plain_sink_attention(
@@ -337,3 +340,22 @@ def test_small_shapes_cover_windows_before_the_sequence_and_a_choosing_indexer()
     assert visible.shape[1] > top_k and bool((visible < 0).any())
     _, _, window, _, chosen, _, _ = build_case("sparse_shared_kv_attention", s).args
     assert bool((window < 0).any()) and chosen.shape[1] == top_k
+
+
+def test_shapes_follow_a_deepseek_v4_config() -> None:
+    from engine.tiny_checkpoints import tiny_config
+
+    config = tiny_config("deepseek_v4")
+    s = OpShapes.for_model(
+        torch.bfloat16,
+        num_kv_heads=1,
+        k_head_dim=16,
+        v_head_dim=16,
+        block_size=16,
+        hf_config=config,
+    )
+    assert (s.v4_heads, s.v4_head_dim, s.v4_sliding_window) == (4, 16, 8)
+    assert (s.v4_index_heads, s.v4_index_head_dim, s.v4_index_topk) == (8, 16, 2)
+    assert s.v4_compress_ratio == 4  # the ratio-4 layers: overlapping windows and the indexer
+    query, *_ = build_case("sparse_shared_kv_attention", s).args
+    assert query.shape[1:] == (4, 16)

@@ -17,9 +17,9 @@ outside DeepSeek-V3's sizes (`npu_ops.ops.npu.mla`).
   op-plugin test/test_custom_ops/test_npu_lightning_indexer.py). Constraints: `D` = 128, query
   heads at most 64, one key head, query and key float16/bfloat16 of one dtype, weights that
   dtype or float32 (the page as of op-plugin 9346fd07, 2026-08; earlier pages took exactly 64
-  heads and weights in the query's dtype), `sparse_count` in [1, 2048], `sparse_mode` 0 (no
-  mask) or 3. Source: Ascend op-plugin
-  docs/zh/custom_APIs/torch_npu/torch_npu-npu_lightning_indexer.md (older trees:
+  heads and weights in the query's dtype), `sparse_count` in [1, 2048] (the newer page also
+  takes 3072, 4096, ... 8192; not used here), `sparse_mode` 0 (no mask) or 3. Source: Ascend
+  op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_lightning_indexer.md (older trees:
   docs/context/torch_npu-npu_lightning_indexer.md).
 
   Mapping: every query is a batch of its own (`B = T`, `S1 = 1`, `sparse_mode=0`: its visible
@@ -29,9 +29,10 @@ outside DeepSeek-V3's sizes (`npu_ops.ops.npu.mla`).
   rows is a paged sequence with block table `entry_slots[:, ::P] // P` for any `P` that
   divides the per-block count. The largest such `P` (a multiple of 16 up to 1024) is found on
   the device and read back once (one host sync, as the MLA decode's `seq_lens.tolist()`);
-  other layouts (or none: `entry_slots` not per-sequence prefixes of aligned pages) run the
-  reference. The kernel takes no scale: `scale` > 0 scales every score alike, so it is folded
-  into the float32 weights. Indices come back as positions and are mapped to slots.
+  without one (slots that are not per-query prefixes of aligned pages, or fewer than 16
+  entries to a cache block) the reference runs. The kernel takes no scale: `scale` > 0 scales
+  every score alike, so it is folded into the float32 weights. Indices come back as positions
+  and are mapped to slots.
 - Attention: `torch_npu.npu_sparse_flash_attention(query, key, value, sparse_indices,
   scale_value, *, block_table=None, actual_seq_lengths_query=None, actual_seq_lengths_kv=None,
   query_rope=None, key_rope=None, sparse_block_size=1, layout_query="BSND", layout_kv="BSND",
