@@ -2,11 +2,15 @@
 
     ascend-router quantize .tiny_models/qwen2 /tmp/qwen2-w8a8 --mode w8a8_dynamic
     ascend-router quantize CKPT_DIR OUT --mode w8a8 --calib-samples 16 --calib-len 128
+    ascend-router quantize .tiny_models/deepseek_v4 /tmp/v4-w8a8 --mode w8a8_dynamic
 
 The output loads like any checkpoint (`LLMEngine(OUT, ...)`, `source.path: OUT`); the engine
 reads `quant_model_description.json` and runs the quantised linears as W8A8. Static `w8a8`
 calibrates activation ranges on seeded random tokens: good enough to test the path, not a
-substitute for ModelSlim with a real calibration set. Logic: `engine.quantization.quantizer`.
+substitute for ModelSlim with a real calibration set. DeepSeek-V4 takes `w8a8_dynamic` only and
+gets the layout of Ascend's V4-Flash W8A8 checkpoints (DeepSeek's tensor names, per-expert int8
+weights, the MTP layer's tensors kept; `engine.quantization.deepseek_v4`). Logic:
+`engine.quantization.quantizer`.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "quantize",
         help="write a W8A8 / W8A8_DYNAMIC checkpoint in ModelSlim's layout",
-        description="Quantise a dense float checkpoint (Llama, Qwen2, Qwen3, Phi-3) to int8 "
-        "weights and activations in msModelSlim's layout, loadable by the engine.",
+        description="Quantise a dense float checkpoint (Llama, Qwen2, Qwen3, Phi-3) or a "
+        "DeepSeek-V4 one (w8a8_dynamic) to int8 weights and activations in msModelSlim's layout, "
+        "loadable by the engine.",
     )
     p.add_argument("src", type=Path, help="float checkpoint directory or .gguf file")
     p.add_argument("dst", type=Path, help="output directory (must not exist or be empty)")

@@ -36,7 +36,7 @@ from engine.sampler import prompt_logprobs, sample
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
-from engine.spec_decode.build import build_speculator, load_drafter
+from engine.spec_decode.build import build_speculator, fit_hybrid_drafter, load_drafter
 from engine.spec_decode.rejection import verify
 from engine.spec_decode.speculator import SpecDecodeStats, Speculator, StepView
 from engine.step_input import StepInput
@@ -166,6 +166,14 @@ class LLMEngine:
                 drafter = load_drafter(
                     config.speculative, model, self.hf_config, self.dtype, self.device
                 )
+                if drafter is not None and isinstance(spec, HybridKVSpec):
+                    spec, drafter = fit_hybrid_drafter(  # V4's MTP: on the sliding pool too
+                        spec,
+                        drafter,
+                        config.max_num_seqs,
+                        config.max_num_batched_tokens,
+                        config.block_size,
+                    )
             self.executor = LocalExecutor(
                 model, spec, config.block_size, self.device, graphs, lora=config.lora is not None
             )

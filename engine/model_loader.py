@@ -34,6 +34,7 @@ from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
 from engine.spec_decode.mtp_model import load_mtp
+from engine.spec_decode.mtp_v4 import load_v4_mtp
 from npu_ops.cpu_kernels import INT4_INT8_GEMM, INT8_INT8_GEMM, Kernel, load, unavailable
 
 logger = logging.getLogger(__name__)
@@ -208,7 +209,8 @@ def load_model(
     `fused_layers` swaps the HF norm, MLP and attention modules for ours
     (`engine.fused_layers`); tensor-parallel ranks pass False and swap after sharding. With
     `mtp` the checkpoint's multi-token-prediction layer is loaded too, as `model.mtp`
-    (`engine.spec_decode.mtp_model.load_mtp`), and gets the fused layers with the model.
+    (`engine.spec_decode.mtp_model.load_mtp`; DeepSeek-V4's `mtp.0.*`:
+    `engine.spec_decode.mtp_v4.load_v4_mtp`), and gets the fused layers with the model.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the
@@ -238,8 +240,9 @@ def load_model(
         raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
     _check_loading_info(ref, info)
-    if mtp:
-        model.mtp = load_mtp(model)
+    if mtp:  # DeepSeek-V4's MTP layer is ours (transformers does not build it)
+        v4 = model.config.model_type == "deepseek_v4"
+        model.mtp = load_v4_mtp(model, ref.directory) if v4 else load_mtp(model)
     apply_quantization(model, ref)  # W8A8 linears when quant_model_description.json says so
     if fused_layers:
         use_fused_layers(model)  # before int4: merged projections are quantised as one layer

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -37,6 +38,11 @@ MTP_SHARD = "model-mtp.safetensors"
 
 MAX_SHARD_SIZE = "20KB"
 """Shard size limit passed to `save_pretrained`: small enough for at least two shards."""
+
+_V4_MTP_LAYER_TYPE = "sliding_attention"
+"""The attention type of DeepSeek-V4's MTP layer (compress ratio 0 in V4-Flash and -Pro)."""
+_V4_MTP_PREFIX = re.compile(r"model\.layers\.(\d+)\.(.+)")
+"""A decoder layer's tensor as transformers saves a DeepSeek-V4 model."""
 
 
 @dataclass(frozen=True)
@@ -188,11 +194,16 @@ def make_tiny_checkpoint(
         real_vocab: size the vocabulary for the family's real tokenizer (`REAL_VOCABS`);
             else `SMALL_VOCAB`.
         seed: seeds the random weights (same seed, same weights).
-        mtp_layers: DeepSeek-V3 only: multi-token-prediction layers after the last decoder
-            layer, as DeepSeek-V3 ships them (`num_nextn_predict_layers`; tensors
-            `model.layers.{num_hidden_layers + i}.*`: a decoder block with MoE, and `enorm`,
-            `hnorm`, `eh_proj`, `shared_head.norm`, in a shard of their own). 0: none, and the
-            config says 0.
+        mtp_layers: DeepSeek-V3 and -V4 only: multi-token-prediction layers after the last
+            decoder layer (`num_nextn_predict_layers`), in a shard of their own, as each ships
+            them. V3: tensors `model.layers.{num_hidden_layers + i}.*`, a decoder block with
+            MoE, and `enorm`, `hnorm`, `eh_proj`, `shared_head.norm`. V4: tensors `mtp.{i}.*`
+            (`engine.spec_decode.mtp_v4`): a sliding-window decoder block with top-k MoE in
+            DeepSeek's layout, and `e_proj`, `h_proj`, `enorm`, `hnorm`, `norm`,
+            `hc_head_{fn,base,scale}`; `config.json`'s `layer_types` gets the MTP layers'
+            entries after the decoder layers' (real checkpoints list them in
+            `compress_ratios`, whose ratios the tiny 16 is not one of). 0: none, and the config
+            says 0.
 
     Returns:
         `out_dir`, holding `config.json`, `generation_config.json`,
@@ -201,21 +212,24 @@ def make_tiny_checkpoint(
 
     Raises:
         ValueError: unknown family, `real_vocab` for a family without a shipped tokenizer, or
-            `mtp_layers` for a family other than DeepSeek-V3.
+            `mtp_layers` for a family other than DeepSeek-V3 and -V4.
     """
     if real_vocab and family not in REAL_VOCABS:
         raise ValueError(
             f"no real tokenizer for family {family!r}; families with one: {sorted(REAL_VOCABS)}"
         )
-    if mtp_layers and family != "deepseek_v3":
-        raise ValueError(f"MTP layers are DeepSeek-V3's; family {family!r} has none")
+    if mtp_layers and family not in ("deepseek_v3", "deepseek_v4"):
+        raise ValueError(f"MTP layers are DeepSeek-V3's and -V4's; family {family!r} has none")
     vocab = REAL_VOCABS[family] if real_vocab else SMALL
     config = tiny_config(family, vocab)
-    if family == "deepseek_v3":
+    if family in ("deepseek_v3", "deepseek_v4"):
         config.num_nextn_predict_layers = mtp_layers
     # the MTP blocks are the decoder layers of a deeper model, saved in the checkpoint's format
     built = copy.deepcopy(config)
     built.num_hidden_layers += mtp_layers
+    if family == "deepseek_v4" and mtp_layers:  # sliding-window blocks with top-k MoE
+        built.layer_types = [*config.layer_types, *[_V4_MTP_LAYER_TYPE] * mtp_layers]
+        built.mlp_layer_types = [*config.mlp_layer_types, *["moe"] * mtp_layers]
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(built).to(torch.bfloat16)
     if family == "deepseek_v4":
@@ -226,7 +240,14 @@ def make_tiny_checkpoint(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, max_shard_size=MAX_SHARD_SIZE)
-    if mtp_layers:
+    if mtp_layers and family == "deepseek_v4":
+        _move_v4_mtp_layers(out, config, mtp_layers, seed)
+        config.save_pretrained(out)  # the decoder depth without the MTP layers
+        config_path = out / "config.json"
+        saved = json.loads(config_path.read_text())
+        saved["layer_types"] += [_V4_MTP_LAYER_TYPE] * mtp_layers
+        config_path.write_text(json.dumps(saved, indent=2))
+    elif mtp_layers:
         _add_mtp_extras(out, config, mtp_layers)
         config.save_pretrained(out)  # the decoder depth without the MTP layers
     return out
@@ -260,4 +281,50 @@ def _add_mtp_extras(out: Path, config: PretrainedConfig, mtp_layers: int) -> Non
     index_path = out / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
     index["weight_map"].update(dict.fromkeys(tensors, MTP_SHARD))
+    index_path.write_text(json.dumps(index, indent=2))
+
+
+def _move_v4_mtp_layers(out: Path, config: PretrainedConfig, mtp_layers: int, seed: int) -> None:
+    """Move the saved decoder layers past `config.num_hidden_layers` into
+    `model-mtp.safetensors` as DeepSeek-V4's `mtp.{i}.*` (the reference's names: transformers
+    writes the attention's `kv_norm` back as `attn.norm`, the reference calls it
+    `attn.kv_norm`), add each layer's `e_proj`, `h_proj`, `enorm`, `hnorm`, `norm` and
+    `hc_head_{fn,base,scale}` (random, bfloat16) and list them in the shard index."""
+    n, hidden, hc = config.num_hidden_layers, config.hidden_size, config.hc_mult
+    index_path = out / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    weight_map: dict[str, str] = index["weight_map"]
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        path = out / shard
+        kept = {}
+        for name, tensor in load_file(path).items():
+            match = _V4_MTP_PREFIX.fullmatch(name)
+            if match is None or int(match.group(1)) < n:
+                kept[name] = tensor
+                continue
+            rest = "attn.kv_norm.weight" if match.group(2) == "attn.norm.weight" else match.group(2)
+            tensors[f"mtp.{int(match.group(1)) - n}.{rest}"] = tensor
+            del weight_map[name]
+        if not kept:
+            path.unlink()
+        else:
+            save_file(kept, path, metadata={"format": "pt"})
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    for i in range(mtp_layers):
+        prefix = f"mtp.{i}."
+        for proj in ("e_proj", "h_proj"):
+            tensors[f"{prefix}{proj}.weight"] = randn(hidden, hidden) * hidden**-0.5
+        for norm in ("enorm", "hnorm", "norm"):
+            tensors[f"{prefix}{norm}.weight"] = 1 + 0.1 * randn(hidden)
+        tensors[f"{prefix}hc_head_fn"] = 0.1 * randn(hc, hc * hidden)
+        tensors[f"{prefix}hc_head_base"] = 0.1 * randn(hc)
+        tensors[f"{prefix}hc_head_scale"] = 1 + 0.1 * randn(1)
+    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}
+    save_file(tensors, out / MTP_SHARD, metadata={"format": "pt"})
+    weight_map.update(dict.fromkeys(tensors, MTP_SHARD))
     index_path.write_text(json.dumps(index, indent=2))

@@ -77,6 +77,7 @@ import transformers
 from configs.engine_config import EngineConfig
 from engine.deepseek_v4.attention import V4Attention
 from engine.deepseek_v4.cache import HybridKVSpec
+from engine.deepseek_v4.step_indices import HybridStep
 from engine.hybrid_block_manager import HybridBlockManager
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -87,7 +88,7 @@ from load_tests.results import RESULTS_DIR, new_document, result_path
 V4 = "deepseek_v4"
 TIMED_OPS = ("lightning_indexer", "sparse_shared_kv_attention")
 """V4 attention ops timed per call (the two whose work grows with the context)."""
-BUCKETS = ("indexer", "hca_attention", "other_attention", "rest")
+BUCKETS = ("indexer", "hca_attention", "entry_index", "tables", "other_attention", "rest")
 """Where a V4 decode step's time goes (see the module docstring)."""
 
 
@@ -131,8 +132,10 @@ def tiny_checkpoint(family: str, out_dir: Path, max_positions: int) -> Path:
     config = json.loads(path.read_text())
     config["max_position_embeddings"] = max_positions
     rope = config.get("rope_parameters") or {}
-    if "original_max_position_embeddings" in rope and "factor" in rope:
-        rope["original_max_position_embeddings"] = int(max_positions / rope["factor"])
+    # V4's are keyed by rope type (`main`, `compress`), the others' flat
+    for params in [rope, *(v for v in rope.values() if isinstance(v, dict))]:
+        if "original_max_position_embeddings" in params and "factor" in params:
+            params["original_max_position_embeddings"] = int(max_positions / params["factor"])
     path.write_text(json.dumps(config, indent=2) + "\n")
     return out_dir
 
@@ -162,19 +165,45 @@ def engine_config(args: argparse.Namespace, max_model_len: int) -> EngineConfig:
 
 
 class StepTimer:
-    """Decode-step time per bucket: forward hooks on every `V4Attention` and a timing proxy in
-    place of each one's op table (`V4Attention._ops`). Buckets `indexer` and `hca_attention`
-    hold op time; `attention` the modules' whole time (`other_attention` = attention minus
-    both)."""
+    """A V4 engine's decode-step time per bucket (`BUCKETS`), from timing wrappers this tool adds
+    to the loaded engine (removed by `close`):
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    - forward hooks on every `V4Attention` (the modules' whole time);
+    - a proxy in place of each one's op table (`V4Attention._ops`) timing `TIMED_OPS`: the
+      indexer, and the attention op of the HCA layers;
+    - `HybridStep.ratio` (class-wide): each query's visible compressed entries, built once per
+      step and ratio (`entry_index`);
+    - the runner's `_metadata` and the block manager's `commit` (this engine's only): the step's
+      positions and block tables as tensors, and the block bookkeeping after it (`tables`).
+    """
+
+    def __init__(self, engine: LLMEngine) -> None:
         self.totals: dict[str, float] = defaultdict(float)
         self._starts: dict[int, float] = {}
-        self.layers = [m for m in model.modules() if isinstance(m, V4Attention)]
-        for module in self.layers:
-            module.register_forward_pre_hook(self._pre)
-            module.register_forward_hook(self._post)
+        self._hooks = []
+        self._layers = [m for m in engine.executor.model.modules() if isinstance(m, V4Attention)]
+        for module in self._layers:
+            self._hooks.append(module.register_forward_pre_hook(self._pre))
+            self._hooks.append(module.register_forward_hook(self._post))
             module._ops = _TimedOps(module._ops, module.layer_type, self.totals)
+        self._ratio = HybridStep.ratio
+        HybridStep.ratio = self._timed(self._ratio, "entry_index")  # type: ignore[method-assign]
+        self._runner = engine.executor.runner
+        self._runner._metadata = self._timed(self._runner._metadata, "tables")
+        self._block_manager = engine.block_manager
+        self._block_manager.commit = self._timed(self._block_manager.commit, "tables")
+
+    def _timed(self, fn: Callable[..., Any], key: str) -> Callable[..., Any]:
+        totals = self.totals
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                totals[key] += time.perf_counter() - start
+
+        return timed
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         self._starts[id(module)] = time.perf_counter()
@@ -189,14 +218,27 @@ class StepTimer:
     def split(self, step_s: float) -> dict[str, float]:
         """The step's `BUCKETS` in ms (they add up to `step_s`)."""
         t = self.totals
-        indexer = t["op:lightning_indexer"]
-        hca = t["op:sparse_shared_kv_attention:heavily_compressed_attention"]
+        timed = t["op:lightning_indexer"]
+        timed += t["op:sparse_shared_kv_attention:heavily_compressed_attention"]
+        timed += t["entry_index"]
         return {
-            "indexer": 1000 * indexer,
-            "hca_attention": 1000 * hca,
-            "other_attention": 1000 * (t["attention"] - indexer - hca),
-            "rest": 1000 * (step_s - t["attention"]),
+            "indexer": 1000 * t["op:lightning_indexer"],
+            "hca_attention": 1000 * t["op:sparse_shared_kv_attention:heavily_compressed_attention"],
+            "entry_index": 1000 * t["entry_index"],
+            "tables": 1000 * t["tables"],
+            "other_attention": 1000 * (t["attention"] - timed),
+            "rest": 1000 * (step_s - t["attention"] - t["tables"]),
         }
+
+    def close(self) -> None:
+        """Remove every wrapper."""
+        for hook in self._hooks:
+            hook.remove()
+        for module in self._layers:
+            module._ops = module._ops._ops
+        HybridStep.ratio = self._ratio  # type: ignore[method-assign]
+        del self._runner._metadata
+        del self._block_manager.commit
 
 
 class _TimedOps:
@@ -460,65 +502,81 @@ def spec_summary(spec: Any, block_size: int) -> dict[str, Any]:
     return summary
 
 
+def measure_length(
+    args: argparse.Namespace,
+    length: int,
+    ours: LLMEngine,
+    timer: StepTimer,
+    dense: LLMEngine | None,
+    peer: Any,
+    clock: Callable[[], float],
+) -> dict[str, Any]:
+    """One length on every side that runs it (ours, then the peer, then the dense contrast)."""
+    prompt = random_prompt(length, args.seed)
+    row: dict[str, Any] = {"length": length, "load_avg_before": os.getloadavg()}
+    print(f"[{clock():6.0f} s] {length} tokens: ours", flush=True)
+    row["ours"] = run_ours(ours, prompt, args.decode_tokens, f"v4-{length}", timer)
+    if peer is not None and length <= args.peer_max_len:
+        print(f"[{clock():6.0f} s] {length} tokens: peer", flush=True)
+        row["peer"] = run_peer(peer, prompt, args.decode_tokens, args.chunk, args.threads)
+        o, p = row["ours"], row["peer"]
+        row["greedy_tokens_equal"] = o["tokens"] == p["tokens"]
+        row["tpot_ratio"] = ratio(o["tpot_ms"], p["tpot_ms"])
+        row["tpot_min_ratio"] = ratio(o["tpot_min_ms"], p["tpot_min_ms"])
+        row["prefill_ratio"] = ratio(o["prefill_s"], p["prefill_s"])
+        row["kv_ratio"] = ratio(o["kv"]["bytes"], p["kv_bytes_after_generate"])
+    if dense is not None:
+        if length <= args.dense_max_len:
+            print(f"[{clock():6.0f} s] {length} tokens: dense", flush=True)
+            row["dense"] = run_ours(dense, prompt, args.decode_tokens, f"dense-{length}")
+        row["dense_formula_bytes"] = formula_bytes(dense.executor.spec, length, args.block_size)
+    row["load_avg_after"] = os.getloadavg()
+    return row
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every side at every length; the result document."""
     lengths = sorted(args.lengths)
-    dtype = getattr(torch, args.dtype)
     limit = context_limit(lengths, args.decode_tokens)
     max_model_len = max(lengths) + args.decode_tokens + 1
     began = time.perf_counter()
+
+    def clock() -> float:
+        return time.perf_counter() - began
+
+    rows: list[dict[str, Any]] = []
+    specs: dict[str, Any] = {}
+    peer = dense = None
     with checkpoints_dir(args.model_dir) as root:
         v4_dir = tiny_checkpoint(V4, root / "tiny-deepseek-v4", limit)
         ours = LLMEngine(str(v4_dir), engine_config(args, max_model_len))
-        timer = StepTimer(ours.executor.model)
-        dense = dense_dir = None
-        if args.dense_family:
-            dense_dir = tiny_checkpoint(
-                args.dense_family, root / f"tiny-{args.dense_family}", limit
-            )
-            dense_len = min(max_model_len, args.dense_max_len + args.decode_tokens + 1)
-            dense = LLMEngine(str(dense_dir), engine_config(args, dense_len))
-        peer = load_peer(v4_dir, dtype) if args.peer_max_len else None
-        # warm-up: one short request per side (allocator, first-call costs)
-        warm = random_prompt(64, args.seed + 1)
-        run_ours(ours, warm, 4, "warm-v4")
-        if dense is not None:
-            run_ours(dense, warm, 4, "warm-dense")
-        if peer is not None:
-            run_peer(peer, warm, 4, args.chunk, args.threads)
-        rows = []
-        for length in lengths:
-            prompt = random_prompt(length, args.seed)
-            row: dict[str, Any] = {"length": length, "load_avg_before": os.getloadavg()}
-            print(f"[{time.perf_counter() - began:6.0f} s] {length} tokens: ours", flush=True)
-            row["ours"] = run_ours(ours, prompt, args.decode_tokens, f"v4-{length}", timer)
-            if peer is not None and length <= args.peer_max_len:
-                print(f"[{time.perf_counter() - began:6.0f} s] {length} tokens: peer", flush=True)
-                row["peer"] = run_peer(peer, prompt, args.decode_tokens, args.chunk, args.threads)
-                mine, theirs = row["ours"]["tokens"], row["peer"]["tokens"]
-                row["greedy_tokens_equal"] = mine == theirs
-                row["tpot_ratio"] = ratio(row["ours"]["tpot_ms"], row["peer"]["tpot_ms"])
-                row["tpot_min_ratio"] = ratio(
-                    row["ours"]["tpot_min_ms"], row["peer"]["tpot_min_ms"]
-                )
-                row["kv_ratio"] = ratio(
-                    row["ours"]["kv"]["bytes"], row["peer"]["kv_bytes_after_generate"]
-                )
-            if dense is not None and length <= args.dense_max_len:
-                print(f"[{time.perf_counter() - began:6.0f} s] {length} tokens: dense", flush=True)
-                row["dense"] = run_ours(dense, prompt, args.decode_tokens, f"dense-{length}")
+        timer = StepTimer(ours)
+        try:
+            specs["ours"] = spec_summary(ours.executor.spec, args.block_size)
+            if args.dense_family:
+                dense_dir = root / f"tiny-{args.dense_family}"
+                tiny_checkpoint(args.dense_family, dense_dir, limit)
+                dense_len = min(max_model_len, args.dense_max_len + args.decode_tokens + 1)
+                dense = LLMEngine(str(dense_dir), engine_config(args, dense_len))
+                specs["dense"] = spec_summary(dense.executor.spec, args.block_size)
+            if args.peer_max_len:
+                peer = load_peer(v4_dir, getattr(torch, args.dtype))
+            # warm-up: one short request per side (allocator, first-call costs)
+            warm = random_prompt(64, args.seed + 1)
+            run_ours(ours, warm, 4, "warm-v4")
             if dense is not None:
-                row["dense_formula_bytes"] = formula_bytes(
-                    dense.executor.spec, length, args.block_size
-                )
-            row["load_avg_after"] = os.getloadavg()
-            rows.append(row)
-        v4_spec = ours.executor.spec
-        specs = {"ours": spec_summary(v4_spec, args.block_size)}
-        if dense is not None:
-            specs["dense"] = spec_summary(dense.executor.spec, args.block_size)
+                run_ours(dense, warm, 4, "warm-dense")
+            if peer is not None:
+                run_peer(peer, warm, 4, args.chunk, args.threads)
+            for length in lengths:
+                rows.append(measure_length(args, length, ours, timer, dense, peer, clock))
+        finally:
+            timer.close()
+            ours.shutdown()
+            if dense is not None:
+                dense.shutdown()
     measured_dense = [r for r in rows if "dense" in r]
-    doc = new_document(
+    return new_document(
         "v4_long_context",
         {
             "lengths": lengths,
@@ -532,23 +590,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         model=f"tiny {V4} (engine.tiny_checkpoints, seed 0, {SMALL_VOCAB}-token vocabulary)",
         dense_family=args.dense_family or None,
-        peer=(
-            {
-                "name": "transformers DeepseekV4ForCausalLM.generate, DynamicCache",
-                "transformers": transformers.__version__,
-                "attn_implementation": peer.config._attn_implementation,
-                "max_len": args.peer_max_len,
-                "command": (
-                    "AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch."
-                    f"{args.dtype}); cache = DynamicCache(config=model.config); "
-                    f"model(input_ids=chunk, cache=cache) per {args.chunk} tokens on "
-                    f"{args.threads} threads; torch.set_num_threads(1); model.generate(ids, "
-                    f"cache=cache, max_new_tokens={args.decode_tokens + 1}, do_sample=False)"
-                ),
-            }
-            if peer is not None
-            else None
-        ),
+        peer=peer_description(args, peer),
         torch=torch.__version__,
         host=platform.processor() or platform.machine(),
         host_cpus=os.cpu_count(),
@@ -558,12 +600,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ours": growth(rows, lambda r: r["ours"]["kv"]["bytes"]),
             "dense": growth(measured_dense, lambda r: r["dense"]["kv"]["bytes"]),
         },
-        duration_s=round(time.perf_counter() - began, 1),
+        tpot_growth=tpot_growth(rows),
+        duration_s=round(clock(), 1),
     )
-    ours.shutdown()
-    if dense is not None:
-        dense.shutdown()
-    return doc
+
+
+def peer_description(args: argparse.Namespace, peer: Any) -> dict[str, Any] | None:
+    """The peer's name, version and the exact calls made, for the result and the report."""
+    if peer is None:
+        return None
+    return {
+        "name": "transformers DeepseekV4ForCausalLM.generate, DynamicCache",
+        "class": type(peer).__name__,
+        "transformers": transformers.__version__,
+        "attn_implementation": peer.config._attn_implementation,
+        "max_len": args.peer_max_len,
+        "command": (
+            f"AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.{args.dtype}); "
+            "cache = DynamicCache(config=model.config); model(input_ids=chunk, cache=cache) per "
+            f"{args.chunk} prompt tokens on {args.threads} threads; torch.set_num_threads(1); "
+            f"model.generate(prompt + [first], cache=cache, max_new_tokens="
+            f"{args.decode_tokens + 1}, do_sample=False, streamer=...)"
+        ),
+    }
+
+
+def tpot_growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ours: each length's decode-step growth over the first length's, per bucket (medians),
+    and the share of it that grows with the compressed entries (indexer, HCA attention, entry
+    index) and with the block count (tables)."""
+    base = rows[0]["ours"].get("step_split_ms") if rows else None
+    out = []
+    for row in rows[1:]:
+        split = row["ours"].get("step_split_ms")
+        if base is None or split is None:
+            continue
+        delta = {b: round(split[b] - base[b], 3) for b in BUCKETS}
+        out.append(
+            {
+                "from": rows[0]["length"],
+                "to": row["length"],
+                "tpot_ms": round(row["ours"]["tpot_ms"] - rows[0]["ours"]["tpot_ms"], 3),
+                "split_sum_ms": round(sum(delta.values()), 3),
+                "buckets_ms": delta,
+                "compressed_entries_ms": round(
+                    delta["indexer"] + delta["hca_attention"] + delta["entry_index"], 3
+                ),
+                "tables_ms": delta["tables"],
+                "fixed_ms": round(delta["other_attention"] + delta["rest"], 3),
+            }
+        )
+    return out
 
 
 def _mib(n: float) -> str:
@@ -597,8 +684,8 @@ def format_report(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"{'L':>6} | {'prefill s':>9} | {'TPOT mean/min ms':>16} | {'KV held':>11} | "
-        f"{'= formula':>9} | {'peer TPOT':>9} | {'x peer':>6} | {'peer KV':>11} | "
-        f"{'tokens =':>8} | {'dense TPOT':>10} | {'dense KV':>11}"
+        f"{'= formula':>9} | {'peer prefill':>12} | {'peer TPOT':>9} | {'x peer':>6} | "
+        f"{'peer KV':>11} | {'tokens =':>8} | {'dense TPOT':>10} | {'dense KV':>11}"
     )
     for row in doc["rows"]:
         o, p, d = row["ours"], row.get("peer"), row.get("dense")
@@ -607,6 +694,7 @@ def format_report(doc: dict[str, Any]) -> str:
             f"{row['length']:>6} | {o['prefill_s']:>9.1f} | "
             f"{o['tpot_ms']:>8.2f}/{o['tpot_min_ms']:<7.2f} | {_mib(o['kv']['bytes']):>11} | "
             f"{str(o['kv_matches_formula']):>9} | "
+            f"{(format(p['prefill_s'], '.1f') if p else '-'):>12} | "
             f"{(format(p['tpot_ms'], '.2f') if p else '-'):>9} | "
             f"{(_r(row['tpot_ratio']) if p else '-'):>6} | "
             f"{(_mib(p['kv_bytes_after_generate']) if p else '-'):>11} | "
@@ -614,6 +702,14 @@ def format_report(doc: dict[str, Any]) -> str:
             f"{(format(d['tpot_ms'], '.2f') if d else '-'):>10} | "
             f"{(_mib(dense_kv) if dense_kv is not None else '-'):>11}"
             + ("" if d or dense_kv is None else " (formula)")
+        )
+    first = doc["rows"][0] if doc["rows"] else None
+    if first is not None:
+        peer = first.get("peer")
+        lines.append(
+            f"single stream at {first['length']} tokens: ours "
+            f"{1000 / first['ours']['tpot_ms']:.1f} tok/s decode"
+            + (f", peer {1000 / peer['tpot_ms']:.1f} tok/s" if peer else "")
         )
     lines.append("")
     for name, rates in doc["kv_growth"].items():
@@ -624,14 +720,21 @@ def format_report(doc: dict[str, Any]) -> str:
                 f"(bytes_per_token() = {expected:g})"
             )
     lines.append("")
-    lines.append("ours, median decode step split (ms): " + ", ".join(BUCKETS))
-    base = doc["rows"][0]["ours"].get("step_split_ms")
+    lines.append("ours, median decode step split (ms; change from the first length):")
+    base = doc["rows"][0]["ours"].get("step_split_ms") if doc["rows"] else None
     for row in doc["rows"]:
         split = row["ours"].get("step_split_ms")
         if split is None or base is None:
             continue
         cells = ", ".join(f"{b} {split[b]:.2f} ({split[b] - base[b]:+.2f})" for b in BUCKETS)
         lines.append(f"{row['length']:>6}: {cells}")
+    for g in doc["tpot_growth"]:
+        lines.append(
+            f"TPOT {g['from']} -> {g['to']}: {g['tpot_ms']:+.2f} ms mean; median split "
+            f"{g['split_sum_ms']:+.2f} ms = compressed entries (indexer, HCA attention, entry "
+            f"index) {g['compressed_entries_ms']:+.2f} + block tables {g['tables_ms']:+.2f} + "
+            f"the rest {g['fixed_ms']:+.2f}"
+        )
     return "\n".join(lines)
 
 

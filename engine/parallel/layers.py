@@ -5,6 +5,8 @@ output features across ranks and need no communication; a row-parallel layer con
 column-parallel shard and all-reduces its partial sums once. Expert parallel keeps a contiguous
 range of experts per rank; every rank routes all tokens, computes only its own experts, and the
 all-reduce sums the experts' contributions (dispatch/combine expressed as one all-reduce).
+W8A8 layers are sharded in their int8 form and reduced the same way (`RowParallelQuantLinear`,
+`ReducedExperts` around `engine.quantization.experts.W8A8DynamicExperts`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,30 @@ class RowParallelLinear(nn.Module):
         return partial if self.bias is None else partial + self.bias
 
 
+class RowParallelQuantLinear(RowParallelLinear):
+    """A W8A8 linear (`engine.quantization.linear`) whose input features are split across ranks.
+
+    The all-reduce sums dequantised partials: each rank's int8 GEMM is dequantised with the
+    per-output-channel scales (whole on every rank) and its own activation scale (per token for
+    `W8A8_DYNAMIC`, computed on the rank's input slice; the per-tensor static scale for `W8A8`).
+    The bias (float, or static W8A8's int32 `quant_bias`) is in rank 0's partial only, inside its
+    `quant_matmul`, as vllm-ascend's W8A8 methods apply it on TP rank 0 only.
+
+    Args:
+        inner: the W8A8 layer after `keep_inputs(cols, keep_bias=rank == 0)`.
+    """
+
+    def __init__(self, inner: nn.Module) -> None:
+        nn.Module.__init__(self)  # no float weight of its own: `inner` holds the int8 shard
+        self.inner = inner
+        self.bias = None  # in rank 0's partial already
+        self.out_features, self.in_features = int(inner.out_features), int(inner.in_features)
+
+    def partial(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's partial sum `[..., out]` from its input slice `[..., in / world]`."""
+        return self.inner(x)
+
+
 class ReducedExperts(nn.Module):
     """A routed-experts module whose output is a partial sum per rank.
 
@@ -52,7 +78,8 @@ class ReducedExperts(nn.Module):
     transformers experts implementations ignore).
 
     Args:
-        experts: the HF experts module, already holding only this rank's slice.
+        experts: the HF experts module (or `W8A8DynamicExperts`), already holding only this
+            rank's slice.
         first_expert: global id of this rank's first expert (0 for tensor parallel).
         num_local: experts held here.
         remap: whether to remap ids (expert parallel).

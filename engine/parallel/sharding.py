@@ -21,6 +21,20 @@ rank so each rank holds matching q/k/v heads and gate/up columns. Rules, by laye
 * everything else (embeddings, norms, routers with DeepSeek-V4's hash table `tid2eid`,
   DeepSeek-V4's hyper-connections, `kv_a_proj_with_mqa`, LM head) is replicated.
 
+W8A8 checkpoints (`engine.quantization`) are sharded in their int8 form, by the same rules: the
+loader installs the W8A8 modules on the whole model (it checks every tensor against the whole
+layer's shape), then this re-shapes them (`keep_outputs` / `keep_inputs` /
+`keep_intermediate` / `keep_experts` of `engine.quantization.linear` and `.experts`), before the
+fused layers are put in. Column parallel keeps the output channels' int8 weight and their
+per-channel scales (`weight_scale`, static W8A8's `deq_scale` and `quant_bias`); row parallel
+keeps the int8 weight's input slice with the per-output-channel scales and static W8A8's
+per-tensor input scale/offset whole, and the bias on rank 0 only (`RowParallelQuantLinear`:
+the all-reduce sums dequantised partials, so the bias is added once). Routed W8A8_DYNAMIC experts
+split each expert's intermediate size (gate and up columns, `down`'s input rows, with their
+scales) or, under expert parallel, the experts. Dynamic per-token activation scales are then
+computed on a row-parallel shard's input slice, which changes the numerics slightly (within the
+W8A8 error; `tests/engine/test_parallel_w8a8.py`).
+
 `shard_model` can record what it kept of each linear (`LinearShard`), so LoRA adapters are
 sharded the same way (`engine.lora.model`): B's rows as a column-parallel base's, A's columns as
 a row-parallel base's (the S-LoRA / Punica scheme).
@@ -35,10 +49,15 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from engine.parallel.layers import ReducedExperts, RowParallelLinear
+from engine.parallel.layers import ReducedExperts, RowParallelLinear, RowParallelQuantLinear
+from engine.quantization.experts import W8A8DynamicExperts
+from engine.quantization.linear import W8A8DynamicLinear, W8A8StaticLinear
 
 _COLUMN = {"q_proj", "k_proj", "v_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj"}
 _ROW = {"o_proj", "down_proj"}
+_QUANT_LINEARS = (W8A8DynamicLinear, W8A8StaticLinear)
+"""W8A8 linears, sharded in their int8 form (`keep_outputs` / `keep_inputs`)."""
+_LINEARS = (nn.Linear, *_QUANT_LINEARS)
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,7 @@ def _kv_rows(kv_heads: int, head_dim: int, rank: int, world: int) -> slice:
 
 
 def _column(
-    layer: nn.Linear,
+    layer: nn.Linear | W8A8DynamicLinear | W8A8StaticLinear,
     parts: list[int],
     rank: int,
     world: int,
@@ -107,6 +126,9 @@ def _column(
         rows.append(torch.arange(offset + s.start, offset + s.stop))
         offset += size
     keep = torch.cat(rows)
+    if isinstance(layer, _QUANT_LINEARS):
+        layer.keep_outputs(keep)
+        return LinearShard(full.in_features, full.out_features, rows=keep)
     layer.weight = nn.Parameter(layer.weight.data[keep].clone(), requires_grad=False)
     if layer.bias is not None:
         layer.bias = nn.Parameter(layer.bias.data[keep].clone(), requires_grad=False)
@@ -115,15 +137,33 @@ def _column(
 
 
 def _row(
-    layer: nn.Linear, rank: int, world: int, name: str
+    layer: nn.Linear | W8A8DynamicLinear | W8A8StaticLinear, rank: int, world: int, name: str
 ) -> tuple[RowParallelLinear, LinearShard]:
     cols = _split(layer.in_features, rank, world, f"{name} columns")
     full = LinearShard(int(layer.in_features), int(layer.out_features), cols=cols)
+    if isinstance(layer, _QUANT_LINEARS):
+        layer.keep_inputs(cols, keep_bias=rank == 0)
+        return RowParallelQuantLinear(layer), full
     layer.weight = nn.Parameter(layer.weight.data[:, cols].clone(), requires_grad=False)
     return RowParallelLinear(layer), full
 
 
+def _quant_experts(
+    module: W8A8DynamicExperts, rank: int, world: int, expert_parallel: bool
+) -> ReducedExperts:
+    if expert_parallel:
+        keep = _split(module.num_experts, rank, world, "number of routed experts")
+        module.keep_experts(keep)
+        return ReducedExperts(module, keep.start, module.num_experts, remap=True)
+    module.keep_intermediate(
+        _split(module.intermediate_dim, rank, world, "expert intermediate size")
+    )
+    return ReducedExperts(module, 0, module.num_experts, remap=False)
+
+
 def _experts(module: nn.Module, rank: int, world: int, expert_parallel: bool) -> ReducedExperts:
+    if isinstance(module, W8A8DynamicExperts):
+        return _quant_experts(module, rank, world, expert_parallel)
     gate_up, down = module.gate_up_proj.data, module.down_proj.data  # [E, 2I, H], [E, H, I]
     if expert_parallel:
         keep = _split(gate_up.shape[0], rank, world, "number of routed experts")
@@ -199,8 +239,11 @@ def shard_model(
 ) -> nn.Module:
     """Turn a full model into rank `rank`'s shard in place (needs an initialised process group).
 
+    Call it after the W8A8 modules are installed (`engine.quantization.apply_quantization`,
+    which `load_model` runs) and before `use_fused_layers`.
+
     Args:
-        model: the loaded HF model (its own `config` is used).
+        model: the loaded HF model (its own `config` is used), float or with W8A8 layers.
         config: `model.config`.
         rank: this rank.
         world: tensor parallel size.
@@ -232,7 +275,7 @@ def shard_model(
             full_name = f"{parent_name}.{name}" if parent_name else name
             if name == "experts" and isinstance(getattr(child, "gate_up_proj", None), nn.Parameter):
                 setattr(parent, name, _experts(child, rank, world, expert_parallel))
-            elif not isinstance(child, nn.Linear):
+            elif not isinstance(child, _LINEARS):
                 continue
             elif name in ("k_proj", "v_proj") and kv_heads % world:
                 kv = _kv_rows(kv_heads, head_dim, rank, world)

@@ -38,6 +38,25 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def dynamic_tensors(layer: str, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A `W8A8_DYNAMIC` layer's tensors as ModelSlim stores them.
+
+    Args:
+        layer: the layer's checkpoint name (`<layer>.weight` is its float weight).
+        weight: `[out, in]` float.
+
+    Returns:
+        `<layer>.weight` int8 `[out, in]` (symmetric per output channel),
+        `<layer>.weight_scale` and `<layer>.weight_offset` (zeros) float32 `[out, 1]`.
+    """
+    q, scale = quantize_weight(weight)
+    return {
+        f"{layer}.weight": q,
+        f"{layer}.weight_scale": scale[:, None],
+        f"{layer}.weight_offset": torch.zeros_like(scale)[:, None],
+    }
+
+
 def activation_params(lo: float, hi: float) -> tuple[float, float]:
     """Asymmetric per-tensor int8 parameters for activations observed in `[lo, hi]`.
 

@@ -7,6 +7,13 @@ The int8 weight is kept transposed, `[in, out]`, the `x2` layout of `npu_quant_m
 vllm-ascend does in `process_weights_after_loading` (vllm_ascend/quantization/w8a8.py and
 methods/w8a8_dynamic.py). Every tensor is a frozen `nn.Parameter`, so weight-size accounting
 and `.to(device)` see them.
+
+Tensor parallel (`engine.parallel.sharding`) shards a layer after it is built, through
+`keep_outputs` (column parallel: the output channels' weight columns, per-channel scales and
+biases) and `keep_inputs` (row parallel: the input rows of the weight; per-channel scales and
+static W8A8's per-tensor input scale/offset stay whole, the bias stays on one rank), as
+vllm-ascend's `AscendW8A8LinearMethod` / `AscendW8A8DynamicLinearMethod` hold their shards
+(`quant_bias` and the float bias applied on TP rank 0 only, vllm's `RowParallelLinear.forward`).
 """
 
 from __future__ import annotations
@@ -52,6 +59,25 @@ class W8A8DynamicLinear(nn.Module):
             xq, self.weight, self.weight_scale, token_scale, x.dtype, self.bias
         )
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def keep_outputs(self, rows: torch.Tensor) -> None:
+        """Keep output channels `rows` (int64 `[n]`, column parallel): the weight's columns,
+        `weight_scale` and the bias follow them."""
+        self.weight = _frozen(self.weight.data[:, rows].contiguous())
+        self.weight_scale = _frozen(self.weight_scale.data[rows].contiguous())
+        if self.bias is not None:
+            self.bias = _frozen(self.bias.data[rows].contiguous())
+        self.out_features = len(rows)
+
+    def keep_inputs(self, cols: slice, keep_bias: bool) -> None:
+        """Keep input features `cols` (row parallel): `forward` then takes `[..., cols]` and
+        returns this shard's partial sum `[..., out]` (per-token activation scales computed on
+        the shard's slice; `weight_scale` is per output channel, so it stays whole). The bias is
+        kept where `keep_bias` (one rank), so the ranks' sum adds it once."""
+        self.weight = _frozen(self.weight.data[cols].contiguous())
+        self.in_features = int(self.weight.shape[0])
+        if not keep_bias:
+            self.bias = None
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, W8A8_DYNAMIC"
@@ -100,6 +126,26 @@ class W8A8StaticLinear(nn.Module):
             xq, self.weight, self.deq_scale, ones, x.dtype, self.quant_bias
         )
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def keep_outputs(self, rows: torch.Tensor) -> None:
+        """Keep output channels `rows` (int64 `[n]`, column parallel): the weight's columns,
+        `deq_scale` and `quant_bias` follow them; the per-tensor input scale/offset stay."""
+        self.weight = _frozen(self.weight.data[:, rows].contiguous())
+        self.deq_scale = _frozen(self.deq_scale.data[rows].contiguous())
+        self.quant_bias = _frozen(self.quant_bias.data[rows].contiguous())
+        self.out_features = len(rows)
+
+    def keep_inputs(self, cols: slice, keep_bias: bool) -> None:
+        """Keep input features `cols` (row parallel): `forward` then takes `[..., cols]` and
+        returns this shard's partial sum `[..., out]`. The per-tensor activation quantisation is
+        element-wise, so the shards' int32 products sum to the whole layer's; `deq_scale` is per
+        output channel and stays whole. `quant_bias` (the folded float bias and zero-point
+        correction) is kept where `keep_bias` (one rank) and zero elsewhere, so it is added
+        once."""
+        self.weight = _frozen(self.weight.data[cols].contiguous())
+        self.in_features = int(self.weight.shape[0])
+        if not keep_bias:
+            self.quant_bias = _frozen(torch.zeros_like(self.quant_bias.data))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, W8A8"

@@ -14,28 +14,47 @@ vllm_ascend/quantization/w8a8.py and methods/w8a8_dynamic.py):
   `quant_bias` `[out]` int32 (the float bias folded in).
 - `W8A8_DYNAMIC`: `weight` int8 `[out, in]`; `weight_scale`, `weight_offset` `[out]` or
   `[out, 1]`; the float `bias`, if any, as in the float model.
+
+Names are resolved as transformers loaded the float tensors (`checkpoint_names`), so checkpoints
+in DeepSeek-V4's own naming work too: the int8 per-expert weights that transformers merged into a
+layer's 3-D `gate_up_proj` / `down_proj` become one `W8A8DynamicExperts` (`experts`). Tensors of
+a multi-token-prediction layer (`mtp.*`) are quantised like the rest when the model has its MTP
+layer attached (`load_model(..., mtp=True)`) as a `CheckpointMapped` module, which says where
+each of them went, and left alone when it has none (the engine does not load them then). A
+quantised linear whose class overrides `nn.Linear.forward` (DeepSeek-V4's grouped `o_a_proj`) is
+refused: its int8 weight would be run as a plain linear.
+
+Under tensor / expert parallel every rank runs this on the whole model it loaded (so each tensor
+is checked against the whole layer's shape), then shards the W8A8 modules in their int8 form
+(`engine.parallel.sharding`: the scales follow the output channels they belong to).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
-from safetensors import safe_open
 from torch import nn
 
+from engine.quantization.checkpoint_names import CheckpointNames
 from engine.quantization.description import (
     QUANT_DESCRIPTION_FILE,
     W8A8,
     W8A8_DYNAMIC,
     QuantDescription,
 )
+from engine.quantization.experts import EXPERT_INDEX, stack_experts
 from engine.quantization.int8 import deq_scale_from_int64
 from engine.quantization.linear import W8A8DynamicLinear, W8A8StaticLinear
+from engine.quantization.tensor_files import (
+    TensorFiles,
+    check,
+    dynamic_scale,
+    int8_weight,
+    per_channel,
+    scalar,
+)
 from npu_ops.ops import active_ops
 from npu_ops.ops.quant import QUANT_OUTPUT_DTYPES
 from npu_ops.ops.registry import REFERENCE
@@ -45,95 +64,26 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-
-
-class TensorFiles:
-    """Reads single tensors of a checkpoint directory by name.
-
-    The safetensors index says which shard holds a tensor; without one every `*.safetensors`
-    file in the directory is searched (ModelSlim names its single file
-    `quant_model_weight(s)*.safetensors`).
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._where: dict[str, Path] = {}
-        index = directory / SAFETENSORS_INDEX
-        if index.is_file():
-            weight_map = json.loads(index.read_text()).get("weight_map", {})
-            self._where = {name: directory / shard for name, shard in weight_map.items()}
-        else:
-            for path in sorted(directory.glob("*.safetensors")):
-                with safe_open(path, framework="pt") as f:
-                    self._where.update(dict.fromkeys(f.keys(), path))
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._where
-
-    def get(self, name: str) -> torch.Tensor:
-        """The tensor called `name`.
-
-        Raises:
-            ValueError: no file of the checkpoint holds it.
-        """
-        path = self._where.get(name)
-        if path is None:
-            raise ValueError(f"{self.directory}: quantised tensor {name} is missing")
-        with safe_open(path, framework="pt") as f:
-            return f.get_tensor(name)
-
-
-def _check(cond: bool, files: TensorFiles, name: str, what: str) -> None:
-    if not cond:
-        raise ValueError(f"{files.directory}: tensor {name} {what}")
-
-
-def _int8_weight(files: TensorFiles, layer: str, linear: nn.Linear) -> torch.Tensor:
-    name = f"{layer}.weight"
-    weight = files.get(name)
-    _check(weight.dtype == torch.int8, files, name, f"is {weight.dtype}, expected int8")
-    want = (linear.out_features, linear.in_features)
-    _check(tuple(weight.shape) == want, files, name, f"has shape {list(weight.shape)}, not {want}")
-    return weight
-
-
-def _per_channel(files: TensorFiles, name: str, n: int) -> torch.Tensor:
-    t = files.get(name)
-    _check(t.numel() == n and t.shape[0] == n, files, name, f"has shape {list(t.shape)}, not [{n}]")
-    return t.reshape(n)
-
-
-def _scalar(files: TensorFiles, name: str) -> torch.Tensor:
-    t = files.get(name)
-    _check(t.numel() == 1, files, name, f"has shape {list(t.shape)}, expected [1]")
-    return t.float()
-
 
 def _static(files: TensorFiles, layer: str, linear: nn.Linear) -> W8A8StaticLinear:
-    weight = _int8_weight(files, layer, linear)
+    weight = int8_weight(files, layer, linear)
     n = linear.out_features
-    deq = _per_channel(files, f"{layer}.deq_scale", n)
+    deq = per_channel(files, f"{layer}.deq_scale", n)
     deq = deq_scale_from_int64(deq) if deq.dtype == torch.int64 else deq.float()
-    bias = _per_channel(files, f"{layer}.quant_bias", n)
-    _check(bias.dtype == torch.int32, files, f"{layer}.quant_bias", f"is {bias.dtype}, not int32")
+    bias = per_channel(files, f"{layer}.quant_bias", n)
+    check(bias.dtype == torch.int32, files, f"{layer}.quant_bias", f"is {bias.dtype}, not int32")
     return W8A8StaticLinear(
         weight,
-        _scalar(files, f"{layer}.input_scale"),
-        _scalar(files, f"{layer}.input_offset"),
+        scalar(files, f"{layer}.input_scale"),
+        scalar(files, f"{layer}.input_offset"),
         deq,
         bias,
     )
 
 
 def _dynamic(files: TensorFiles, layer: str, linear: nn.Linear) -> W8A8DynamicLinear:
-    weight = _int8_weight(files, layer, linear)
-    n = linear.out_features
-    scale = _per_channel(files, f"{layer}.weight_scale", n)
-    offset_name = f"{layer}.weight_offset"
-    if offset_name in files:
-        offset = _per_channel(files, offset_name, n)
-        _check(not offset.any(), files, offset_name, "is not zero (asymmetric weights)")
+    weight = int8_weight(files, layer, linear)
+    scale = dynamic_scale(files, layer, linear.out_features)
     bias = None
     if linear.bias is not None:
         bias = linear.bias.detach()  # the float bias, loaded by transformers
@@ -147,49 +97,64 @@ _OWNED = {
 }  # fmt: skip
 """Tensor suffixes of a quantised layer that are not parameters of the float model."""
 
+MTP_PREFIX = "mtp."
+"""DeepSeek-V4's naming of its multi-token-prediction layer's tensors (`mtp.0.*`)."""
 
-def _check_all_placed(desc: QuantDescription, model: nn.Module, owned: set[str]) -> None:
+
+def _unloaded(name: str, model: nn.Module) -> bool:
+    """A tensor of an MTP layer the model was loaded without (transformers ignores `mtp.*`)."""
+    return name.startswith(MTP_PREFIX) and not hasattr(model, "mtp")
+
+
+def _check_all_placed(
+    desc: QuantDescription, model: nn.Module, names: CheckpointNames, owned: set[str]
+) -> None:
     """Every described tensor is a model tensor or owned by a quantised layer.
 
     Anything else (a smooth-quant norm bias, a rotation matrix) would be silently dropped,
     leaving a model that computes something other than the quantised one.
     """
-    known = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    known |= {name for name, _ in model.named_buffers()}
     for name, qtype in desc.tensor_types.items():
-        if name in known or name in owned or ".kv_cache_" in name:
+        if name in owned or ".kv_cache_" in name or _unloaded(name, model):
             continue
-        raise ValueError(
-            f"{desc.path}: tensor {name} ({qtype}) has no place in this model; ModelSlim "
-            "features beyond W8A8/W8A8_DYNAMIC linears (smooth-quant norm biases, rotations) "
-            "are not supported"
-        )
+        if names.resolve(name) is None:
+            raise ValueError(
+                f"{desc.path}: tensor {name} ({qtype}) has no place in this model; ModelSlim "
+                "features beyond W8A8/W8A8_DYNAMIC linears (smooth-quant norm biases, rotations) "
+                "are not supported"
+            )
 
 
 def _check_runnable(dtype: torch.dtype) -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        raise ValueError("W8A8 checkpoints run with tensor_parallel_size 1 only")
     if active_ops().impl_name("quant_matmul") != REFERENCE and dtype not in QUANT_OUTPUT_DTYPES:
         raise ValueError(f"W8A8 on this device needs dtype bfloat16 or float16, not {dtype}")
 
 
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)
+
+
 def apply_quantization(model: nn.Module, ref: CheckpointRef) -> int:
-    """Replace the linears that `quant_model_description.json` marks W8A8 / W8A8_DYNAMIC.
+    """Replace the linears (and routed experts) `quant_model_description.json` marks W8A8 /
+    W8A8_DYNAMIC.
 
     A no-op (returning 0) for checkpoints without the description file and for GGUF files.
 
     Args:
-        model: the HF model just loaded from `ref` (float weights, any device).
+        model: the HF model just loaded from `ref` (float weights, any device), with its MTP
+            layer as `model.mtp` if it is to be served.
         ref: the checkpoint.
 
     Returns:
-        The number of layers replaced.
+        The number of modules replaced (a layer's routed experts count once).
 
     Raises:
         ValueError: one line naming the file or tensor: an unsupported quant type, a missing
-            tensor, a wrong dtype or shape, a quantised entry that is not a linear layer, a
-            described tensor the model has no place for, tensor parallelism, or a dtype the
-            device's `quant_matmul` cannot produce.
+            tensor, a wrong dtype or shape, a quantised entry that is not a linear layer (or is
+            a grouped one), routed experts quantised partly or as static `W8A8`, a described
+            tensor the model has no place for, or a dtype the device's `quant_matmul` cannot
+            produce.
     """
     path = ref.directory / QUANT_DESCRIPTION_FILE
     if ref.gguf_file is not None or not path.is_file():
@@ -199,23 +164,52 @@ def apply_quantization(model: nn.Module, ref: CheckpointRef) -> int:
     if desc.kv_cache_quant:
         logger.warning("%s: ignoring KV-cache quantisation %s", path, desc.kv_cache_quant)
     files = TensorFiles(ref.directory)
+    names = CheckpointNames(model)
     owned: set[str] = set()
+    experts: dict[str, dict[tuple[str, int, int], str]] = {}
     replaced = 0
     for layer, qtype in desc.quantised_layers().items():
-        try:
-            module = model.get_submodule(layer)
-        except AttributeError:
-            raise ValueError(f"{path}: {layer}.weight names no module of the model") from None
-        if not isinstance(module, nn.Linear):
+        target = names.resolve(f"{layer}.weight")
+        if target is None:
+            if _unloaded(layer, model):
+                continue
+            if layer.startswith(MTP_PREFIX) and not names.claimed(layer):
+                raise ValueError(
+                    f"{path}: {layer}.weight is the MTP layer's, whose module "
+                    f"({type(model.mtp).__name__}) does not say where its checkpoint "
+                    "tensors went (engine.quantization.checkpoint_names.CheckpointMapped)"
+                )
+            raise ValueError(f"{path}: {layer}.weight names no module of the model")
+        module_name, _, param = target.key.rpartition(".")
+        module = model.get_submodule(module_name)
+        owned.update(f"{layer}.{suffix}" for suffix in _OWNED[qtype])
+        if target.part is not None:  # a routed expert's weight, merged into a 3-D parameter
+            expert = EXPERT_INDEX.search(layer)
+            if qtype != W8A8_DYNAMIC or expert is None:
+                raise ValueError(
+                    f"{path}: {layer} is merged into {target.key} as {qtype}; only "
+                    f"{W8A8_DYNAMIC} per-expert weights (`experts.<e>.`) are supported"
+                )
+            key = (param, target.part, int(expert.group(1)))
+            experts.setdefault(module_name, {})[key] = layer
+            continue
+        if not isinstance(module, nn.Linear) or param != "weight":
             if files.get(f"{layer}.weight").is_floating_point():
                 continue  # a float tensor ModelSlim tagged (smoothed norm); loaded as is
             raise ValueError(f"{path}: {layer} is a {type(module).__name__}, not a linear layer")
+        if type(module).forward is not nn.Linear.forward:
+            raise ValueError(
+                f"{path}: {layer} is a {type(module).__name__}, whose forward is not a plain "
+                "linear; keep it FLOAT (ModelSlim's DeepSeek-V4 layout keeps o_a_proj/wo_a float)"
+            )
         build = _static if qtype == W8A8 else _dynamic
-        quantised = build(files, layer, module).to(module.weight.device)
-        parent, _, child = layer.rpartition(".")
-        setattr(model.get_submodule(parent), child, quantised)
-        owned.update(f"{layer}.{suffix}" for suffix in _OWNED[qtype])
+        _replace(model, module_name, build(files, layer, module).to(module.weight.device))
         replaced += 1
-    _check_all_placed(desc, model, owned)
-    logger.info("%s: %d linear layers run %s", ref.directory, replaced, desc.model_quant_type)
+    for module_name, parts in experts.items():
+        module = model.get_submodule(module_name)
+        device = next(module.parameters()).device
+        _replace(model, module_name, stack_experts(files, module_name, module, parts).to(device))
+        replaced += 1
+    _check_all_placed(desc, model, names, owned)
+    logger.info("%s: %d modules run %s", ref.directory, replaced, desc.model_quant_type)
     return replaced

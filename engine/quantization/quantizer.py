@@ -16,6 +16,10 @@ quantization_result.md): every linear of the decoder layers quantised, everythin
 plus `quant_model_description.json`, the tensors in `quant_model_weights.safetensors` with a
 `model.safetensors.index.json` (so `from_pretrained` finds them), and the source directory's
 other files (config, generation config, tokenizer) copied.
+
+DeepSeek-V4 (`w8a8_dynamic` only) gets the layout of the Ascend V4-Flash W8A8 checkpoints
+instead, in DeepSeek's tensor names with per-expert weights and the MTP layer's tensors kept
+(`engine.quantization.deepseek_v4`); it needs no calibration and no model, only the tensors.
 """
 
 from __future__ import annotations
@@ -34,9 +38,15 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from engine.model_loader import CheckpointRef, load_config
+from engine.quantization.deepseek_v4 import quantize_v4
 from engine.quantization.description import FLOAT, QUANT_DESCRIPTION_FILE, W8A8, W8A8_DYNAMIC
-from engine.quantization.int8 import activation_params, deq_scale_to_int64, quantize_weight
-from engine.quantization.loader import SAFETENSORS_INDEX
+from engine.quantization.int8 import (
+    activation_params,
+    deq_scale_to_int64,
+    dynamic_tensors,
+    quantize_weight,
+)
+from engine.quantization.tensor_files import SAFETENSORS_INDEX, TensorFiles
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +56,9 @@ MODES: dict[str, str] = {"w8a8": W8A8, "w8a8_dynamic": W8A8_DYNAMIC}
 
 DENSE_FAMILIES = ("llama", "qwen2", "qwen3", "phi3")
 """`model_type`s whose decoder layers are plain `nn.Linear`s (attention + MLP)."""
+
+DEEPSEEK_V4 = "deepseek_v4"
+"""Quantised in ModelSlim's DeepSeek-V4 layout, `w8a8_dynamic` only."""
 
 CALIB_SAMPLES = 8
 CALIB_LEN = 64
@@ -139,15 +152,6 @@ def _static_tensors(
     }
 
 
-def _dynamic_tensors(name: str, linear: nn.Linear) -> dict[str, torch.Tensor]:
-    q, w_scale = quantize_weight(linear.weight)
-    return {
-        f"{name}.weight": q,
-        f"{name}.weight_scale": w_scale[:, None],
-        f"{name}.weight_offset": torch.zeros_like(w_scale)[:, None],
-    }
-
-
 def quantize_checkpoint(
     src: str | Path,
     dst: str | Path,
@@ -157,15 +161,18 @@ def quantize_checkpoint(
     """Quantise the checkpoint at `src` to W8A8 in ModelSlim's layout at `dst`.
 
     Args:
-        src: a float checkpoint directory or `.gguf` file of a dense family.
+        src: a float checkpoint directory or `.gguf` file of a dense family, or a DeepSeek-V4
+            checkpoint directory.
         dst: output directory; must not exist or be empty.
-        mode: `w8a8` (static per-tensor activations, calibrated) or `w8a8_dynamic`.
+        mode: `w8a8` (static per-tensor activations, calibrated) or `w8a8_dynamic` (the only
+            one for DeepSeek-V4).
         calibration: token sequences for the static activation ranges (`w8a8` only);
             default `random_calibration(vocab_size)`.
 
     Raises:
-        ValueError: unknown mode, a family other than `DENSE_FAMILIES`, a non-empty `dst`, or a
-            checkpoint that cannot be loaded.
+        ValueError: unknown mode, a family other than `DENSE_FAMILIES` and DeepSeek-V4 (or V4
+            with `w8a8`, or as GGUF, or with merged experts), a non-empty `dst`, or a checkpoint
+            that cannot be loaded.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -174,6 +181,8 @@ def quantize_checkpoint(
         raise ValueError(f"output directory {str(out)!r} is not empty")
     ref = CheckpointRef.from_path(src)
     config = load_config(ref)
+    if config.model_type == DEEPSEEK_V4:
+        return _quantize_v4(ref, out, mode)
     if config.model_type not in DENSE_FAMILIES:
         raise ValueError(
             f"{ref.config_file}: model_type {config.model_type!r} is not a dense family this "
@@ -201,7 +210,7 @@ def quantize_checkpoint(
             new = (
                 _static_tensors(name, linear, ranges[name], act_dtype)
                 if qtype == W8A8
-                else _dynamic_tensors(name, linear)
+                else dynamic_tensors(name, linear.weight)
             )
         tensors.update(new)
         types.update(dict.fromkeys(new, qtype))
@@ -213,12 +222,26 @@ def quantize_checkpoint(
     return QuantizeResult(out, len(linears), bytes_before, bytes_after)
 
 
+def _quantize_v4(ref: CheckpointRef, out: Path, mode: QuantMode) -> QuantizeResult:
+    """DeepSeek-V4 in its ModelSlim layout (`engine.quantization.deepseek_v4`)."""
+    if mode != "w8a8_dynamic" or ref.gguf_file is not None:
+        raise ValueError(
+            f"{ref.config_file}: DeepSeek-V4 is quantised from a checkpoint directory with "
+            "--mode w8a8_dynamic, the layout Ascend serves it in"
+        )
+    v4 = quantize_v4(TensorFiles(ref.directory))
+    _write(ref, out, v4.tensors, {"model_quant_type": W8A8_DYNAMIC, **v4.types}, None)
+    bytes_after = sum(t.numel() * t.element_size() for t in v4.tensors.values())
+    logger.info("%s: %d linear layers quantised (%s)", out, v4.num_layers, W8A8_DYNAMIC)
+    return QuantizeResult(out, v4.num_layers, v4.source_bytes, bytes_after)
+
+
 def _write(
     ref: CheckpointRef,
     out: Path,
     tensors: dict[str, torch.Tensor],
     description: dict[str, str],
-    model: PreTrainedModel,
+    model: PreTrainedModel | None,
 ) -> None:
     """Weights, index, description and the source's other files into `out`."""
     out.mkdir(parents=True, exist_ok=True)
@@ -231,6 +254,7 @@ def _write(
             ):
                 shutil.copy2(f, out / f.name)
     else:  # a GGUF file carries config and tokenizer inside
+        assert model is not None, "a GGUF source is written from its loaded model"
         model.config.save_pretrained(out)
         if model.generation_config is not None:
             model.generation_config.save_pretrained(out)
