@@ -6,9 +6,11 @@ Three ways to propose draft tokens (`engine.spec_decode`):
   n-gram in its own prompt and output (vLLM's `ngram`); no extra model.
 - `draft`: a smaller model with the same tokenizer (`model`), run by the same engine on its own
   KV cache, proposes greedily.
-- `mtp`: DeepSeek-V3's multi-token-prediction layer from the target checkpoint
-  (`num_nextn_predict_layers`, the layer after the last decoder layer), fed the target's hidden
-  states, proposes greedily (vLLM's `deepseek_mtp`).
+- `mtp`: the multi-token-prediction layer from the target checkpoint
+  (`num_nextn_predict_layers`): DeepSeek-V3's (the layer after the last decoder layer, fed the
+  target's final hidden states; vLLM's `deepseek_mtp`) or DeepSeek-V4's (`mtp.0.*`, fed the
+  target's hyper-connection streams before its `hc_head`; `engine.spec_decode.mtp_v4`),
+  proposes greedily.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class SpeculativeConfig(BaseModel):
         "followed the earliest earlier occurrence of the sequence's final n-gram, vLLM's "
         "`ngram`). `draft`: the greedy tokens of a smaller model with the same tokenizer "
         "(`model`), on its own KV cache. `mtp`: the greedy tokens of the checkpoint's own "
-        "multi-token-prediction layer (DeepSeek-V3, `num_nextn_predict_layers` >= 1)."
+        "multi-token-prediction layer (DeepSeek-V3 or V4, `num_nextn_predict_layers` >= 1)."
     )
     num_speculative_tokens: int = Field(
         gt=0,

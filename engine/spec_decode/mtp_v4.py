@@ -35,6 +35,17 @@ At position `p` the layer takes the token `t_{p+1}` and the target's hidden *str
 and `x`, its output streams, is what a further draft step takes in place of `h` (vLLM feeds it
 back alike). vLLM also zeroes the embedding at position 0; the reference does not, nor does this.
 
+Quantised checkpoints. In msModelSlim's W8A8 layout of V4 (`engine.quantization.deepseek_v4`, the
+Ascend `…-w8a8-mtp` checkpoints) the block's linears and experts are int8 `weight`s with
+companions (`weight_scale`, `weight_offset`; static W8A8 also `input_scale`, `input_offset`,
+`deq_scale`, `quant_bias`), typed `W8A8` / `W8A8_DYNAMIC` in `quant_model_description.json`.
+`load_v4_mtp` loads such a weight cast into its float parameter, as transformers loads the
+decoder layers' int8 weights, and leaves the companions to the W8A8 loader
+(`engine.quantization.loader.apply_quantization`), which then swaps the block's linears and
+experts for int8 ones exactly as the decoder layers', finding each `mtp.0.*` tensor's place
+through `V4MtpLayer.checkpoint_target` (`CheckpointMapped`). DeepSeek's own FP8/FP4 layout
+(block `.scale` companions, float8 weights) is refused.
+
 The block's KV lives in a `HybridKVSpec` of one layer (`mtp_kv_spec`) whose sliding kinds are
 addressed through the target's sliding-window table (`engine.spec_decode.model_proposer`).
 Only a sliding-window MTP layer is taken: the drafter follows a step after the target's
@@ -63,6 +74,7 @@ from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
 )
 
 from engine.deepseek_v4.cache import SLIDING, HybridKVSpec
+from engine.quantization.description import LINEAR_TYPES, QUANT_DESCRIPTION_FILE, QuantDescription
 from engine.spec_decode.mtp_model import num_mtp_layers
 
 logger = logging.getLogger(__name__)
@@ -111,14 +123,24 @@ separately (`_EXPERT`)."""
 
 _EXPERT = re.compile(r"ffn\.experts\.(\d+)\.(w[123])\.weight")
 
-_QUANT_NAMES = frozenset(
-    {"scale", "weight_scale", "weight_offset", "input_scale", "input_offset", "deq_scale"}
+_EXPERT_TARGETS = {
+    "w1": ("block.mlp.experts.gate_up_proj", 0),
+    "w3": ("block.mlp.experts.gate_up_proj", 1),
+    "w2": ("block.mlp.experts.down_proj", 0),
+}
+"""A routed expert's weight -> the merged parameter of `V4MtpLayer` it is part of, and which
+part (`gate_up_proj[e] = [w1; w3]`, `down_proj[e] = w2`, as transformers merges them)."""
+
+W8A8_COMPANIONS = frozenset(
+    {"weight_scale", "weight_offset", "input_scale", "input_offset", "deq_scale", "quant_bias"}
 )
-"""Companions of quantised weights: DeepSeek's FP8/FP4 block scales (`.scale`) and
-msModelSlim's W8A8 tensors."""
+"""msModelSlim's tensors beside a W8A8 / W8A8_DYNAMIC int8 weight, read by the W8A8 loader."""
+_BLOCK_SCALE = "scale"
+"""DeepSeek's FP8/FP4 block scales (`<layer>.scale`), refused."""
 _READ_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64})
 """Tensor dtypes read as they are (int64: a hash-routing table, which the MTP layer has none
-of); any other (int8, FP8, packed FP4) is a quantised weight's."""
+of); besides these only int8 weights the quant description types W8A8 / W8A8_DYNAMIC are
+taken."""
 
 
 def mtp_layer_type(raw: dict[str, Any], config: PretrainedConfig) -> str:
@@ -168,7 +190,14 @@ class V4MtpLayer(nn.Module):
         config: `block_config`'s one-layer config.
         embed_tokens: the target's token embedding.
         rotary_emb: the target's `DeepseekV4RotaryEmbedding` (`main` and `compress` tables).
+
+    Attributes:
+        checkpoint_prefix: `PREFIX`; with `checkpoint_target` the layer is
+            `engine.quantization.checkpoint_names.CheckpointMapped`, so the W8A8 loader finds
+            where each `mtp.0.*` tensor went.
     """
+
+    checkpoint_prefix = PREFIX
 
     def __init__(self, config: PretrainedConfig, embed_tokens: nn.Module, rotary_emb: nn.Module):
         super().__init__()
@@ -184,6 +213,20 @@ class V4MtpLayer(nn.Module):
         self.block = DeepseekV4DecoderLayer(config, 0)
         self.embed_tokens = embed_tokens
         self.rotary_emb = rotary_emb
+
+    def checkpoint_target(self, name: str) -> tuple[str, int | None] | None:
+        """Where checkpoint tensor `mtp.0.<name>` (DeepSeek's layout) went: this layer's
+        parameter name and, for a routed expert's weight, its part of the merged parameter
+        (`w1` part 0 and `w3` part 1 of `block.mlp.experts.gate_up_proj`, `w2` part 0 of
+        `block.mlp.experts.down_proj`); None for any other name (quantisation companions
+        included)."""
+        if name in _EXTRAS:
+            return _EXTRAS[name], None
+        if name in _BLOCK:
+            return f"block.{_BLOCK[name]}", None
+        if match := _EXPERT.fullmatch(name):
+            return _EXPERT_TARGETS[match.group(2)]
+        return None
 
     def forward(
         self,
@@ -231,13 +274,19 @@ def load_v4_mtp(model: PreTrainedModel, directory: Path) -> V4MtpLayer:
     with `model` (a `DeepseekV4ForCausalLM` as transformers loaded it, before our fused layers),
     with each parameter in the dtype and on the device of the target's counterpart.
 
+    In a W8A8 checkpoint (a `quant_model_description.json`) the int8 weights it types `W8A8` /
+    `W8A8_DYNAMIC` are loaded cast into the float parameters and their companions skipped; the
+    W8A8 loader (`engine.quantization.apply_quantization`, which `load_model` runs after this)
+    replaces those linears and experts with int8 ones.
+
     Args:
         directory: the checkpoint folder (`config.json`, safetensors shards and their index).
 
     Raises:
         ValueError: the config declares no MTP layer; the MTP layer is not sliding-window only;
-            its tensors are missing, of the wrong shape, quantised (a `.scale` companion) or
-            unknown.
+            its tensors are missing, of the wrong shape, unknown, FP8/FP4-quantised (DeepSeek's
+            `.scale` companions or float8 weights), or int8 / W8A8 companions the quant
+            description does not type W8A8 / W8A8_DYNAMIC.
     """
     config = model.config
     name = str(config.name_or_path or directory)
@@ -255,7 +304,9 @@ def load_v4_mtp(model: PreTrainedModel, directory: Path) -> V4MtpLayer:
         )
     decoder = model.get_decoder()
     layer = V4MtpLayer(block_config(config, layer_type), decoder.embed_tokens, decoder.rotary_emb)
-    state = _state_dict(_read_tensors(directory, name), layer, name)
+    description = directory / QUANT_DESCRIPTION_FILE
+    types = QuantDescription.read(description).tensor_types if description.is_file() else {}
+    state = _state_dict(_read_tensors(directory, name), layer, name, types)
     own = {
         k: v
         for k, v in layer.state_dict().items()
@@ -309,35 +360,65 @@ def _read_tensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 def _state_dict(
-    tensors: dict[str, torch.Tensor], layer: V4MtpLayer, name: str
+    tensors: dict[str, torch.Tensor], layer: V4MtpLayer, name: str, types: dict[str, str]
 ) -> dict[str, torch.Tensor]:
     """`V4MtpLayer` parameter name -> tensor (routed experts merged as transformers stores them:
-    `gate_up_proj[e] = [w1; w3]`, `down_proj[e] = w2`)."""
+    `gate_up_proj[e] = [w1; w3]`, `down_proj[e] = w2`); `types` is the quant description's
+    tensor name -> type (empty for a float checkpoint)."""
+    for key, value in tensors.items():  # first, so that an FP4 weight packed as int8 says so
+        stem, _, suffix = key.rpartition(".")
+        if suffix == _BLOCK_SCALE or str(value.dtype).startswith(("torch.float8", "torch.float4")):
+            weight = tensors.get(f"{stem}.weight", value) if suffix == _BLOCK_SCALE else value
+            raise ValueError(
+                f"{name}: MTP tensor {PREFIX}{key} is FP8/FP4-quantised ({weight.dtype} weight, "
+                "DeepSeek's block-scaled layout), which is not supported; use a float or "
+                "msModelSlim W8A8 checkpoint"
+            )
     state: dict[str, torch.Tensor] = {}
     experts: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
-        if key.rpartition(".")[2] in _QUANT_NAMES or value.dtype not in _READ_DTYPES:
+        full = f"{PREFIX}{key}"
+        stem, _, suffix = key.rpartition(".")
+        w8a8 = types.get(full) in LINEAR_TYPES
+        if suffix in W8A8_COMPANIONS:
+            if w8a8 and types.get(f"{PREFIX}{stem}.weight") in LINEAR_TYPES:
+                continue  # read by the W8A8 loader
             raise ValueError(
-                f"{name}: MTP tensor {PREFIX}{key} is quantised ({value.dtype}); the MTP layer "
-                "is read in floating point only (bfloat16, float16 or float32 weights)"
+                f"{name}: MTP tensor {full} is a W8A8 companion of a weight that "
+                f"{QUANT_DESCRIPTION_FILE} does not type W8A8 / W8A8_DYNAMIC"
             )
-        if key in _EXTRAS:
-            state[_EXTRAS[key]] = value
-        elif key in _BLOCK:
-            state[f"block.{_BLOCK[key]}"] = value
-        elif match := _EXPERT.fullmatch(key):
+        if value.dtype == torch.int8 and not (w8a8 and suffix == "weight"):
+            raise ValueError(
+                f"{name}: MTP tensor {full} is int8 but {QUANT_DESCRIPTION_FILE} does not type "
+                f"it W8A8 / W8A8_DYNAMIC (it says {types.get(full, 'nothing')})"
+            )
+        if value.dtype != torch.int8 and value.dtype not in _READ_DTYPES:
+            raise ValueError(
+                f"{name}: MTP tensor {full} has dtype {value.dtype}; the MTP layer reads "
+                "bfloat16, float16 or float32 weights, or msModelSlim W8A8 int8 ones"
+            )
+        target = layer.checkpoint_target(key)
+        if target is None:
+            raise ValueError(
+                f"{name}: unknown MTP tensor {full} (a sliding-window MTP layer has none of "
+                "that name)"
+            )
+        if match := _EXPERT.fullmatch(key):
             experts.setdefault(int(match.group(1)), {})[match.group(2)] = value
         else:
-            raise ValueError(
-                f"{name}: unknown MTP tensor {PREFIX}{key} (a sliding-window MTP layer has "
-                "none of that name)"
-            )
+            state[target[0]] = value  # int8: cast on loading, replaced by the W8A8 loader
     n = int(layer.config.n_routed_experts)
     if experts:
         if sorted(experts) != list(range(n)) or any(len(w) != 3 for w in experts.values()):
             raise ValueError(
                 f"{name}: the MTP layer's routed experts are incomplete: expected w1, w2, w3 of "
                 f"experts 0..{n - 1}"
+            )
+        dtypes = {w.dtype for ws in experts.values() for w in ws.values()}
+        if len(dtypes) > 1:
+            raise ValueError(
+                f"{name}: the MTP layer's routed experts mix dtypes {sorted(map(str, dtypes))}; "
+                "ModelSlim quantises all experts of a layer"
             )
         state["block.mlp.experts.gate_up_proj"] = torch.stack(
             [torch.cat([experts[e]["w1"], experts[e]["w3"]], dim=0) for e in range(n)]

@@ -5,8 +5,10 @@ reference (transformers' own attention over the layer's inputs) at every step, t
 prefill whose chunks outrun the sliding window and the sliding blocks the target releases;
 greedy output is unchanged in one continuous batch with a prefix hit and a request that never
 speculates, with drafts verified (and, on a checkpoint whose target often emits the token the
-layer always drafts, accepted); every block of both pools is free at the end; the sliding-window span the target keeps covers the layer's window
-at V4-Flash's real shape; a checkpoint without the layer is refused."""
+layer always drafts, accepted); every block of both pools is free at the end; the sliding-window span the target keeps covers
+the layer's window at V4-Flash's real shape; the layer says where each checkpoint tensor went
+(for the W8A8 loader, `tests/engine/test_w8a8_deepseek_v4.py`) and refuses FP8/FP4 tensors; a
+checkpoint without the layer is refused."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from configs.engine_config import EngineConfig
 from engine.deepseek_v4.cache import SLIDING, HybridKVSpec
 from engine.hybrid_block_manager import HybridBlockManager
 from engine.llm_engine import LLMEngine, kv_spec
+from engine.quantization.checkpoint_names import CheckpointMapped
 from engine.spec_decode.build import Drafter, fit_hybrid_drafter
 from engine.spec_decode.mtp_v4 import V4MtpLayer, block_config, load_v4_mtp, mtp_layer_type
 from engine.tiny_checkpoints import MTP_SHARD, SMALL_VOCAB, make_tiny_checkpoint
@@ -154,6 +157,66 @@ def test_the_mtp_layer_loads_from_the_checkpoint(
     assert layer.embed_tokens is model.model.embed_tokens
     raw = json.loads((checkpoint / "config.json").read_text())
     assert len(raw["layer_types"]) == model.config.num_hidden_layers + 1
+
+
+def test_the_layer_says_where_each_checkpoint_tensor_went(
+    checkpoint: Path, reference: tuple[nn.Module, V4MtpLayer]
+) -> None:
+    """`CheckpointMapped`, through which the W8A8 loader quantises the layer's block."""
+    _, layer = reference
+    assert isinstance(layer, CheckpointMapped) and layer.checkpoint_prefix == "mtp.0."
+    params = {*dict(layer.named_parameters()), *dict(layer.named_buffers())}
+    with safe_open(checkpoint / MTP_SHARD, "pt") as f:
+        names = [k.removeprefix("mtp.0.") for k in f.keys() if k.startswith("mtp.0.")]
+    for name in names:
+        target = layer.checkpoint_target(name)
+        assert target is not None and target[0] in params, name
+    experts = "block.mlp.experts."
+    assert layer.checkpoint_target("ffn.experts.3.w1.weight") == (f"{experts}gate_up_proj", 0)
+    assert layer.checkpoint_target("ffn.experts.3.w3.weight") == (f"{experts}gate_up_proj", 1)
+    assert layer.checkpoint_target("ffn.experts.3.w2.weight") == (f"{experts}down_proj", 0)
+    wkv = "block.self_attn.kv_proj.weight"
+    assert layer.checkpoint_target("attn.wkv.weight") == (wkv, None)
+    assert layer.checkpoint_target("hc_head_fn") == ("hc_head.hc_fn", None)
+    assert layer.checkpoint_target("attn.wkv.weight_scale") is None
+
+
+def test_quantised_mtp_tensors_outside_w8a8_are_refused(
+    checkpoint: Path, reference: tuple[nn.Module, V4MtpLayer], tmp_path: Path
+) -> None:
+    model, _ = reference
+    layer = "mtp.0.attn.wq_a"
+
+    def edited(name: str, edit: Any) -> Path:
+        out = tmp_path / name
+        shutil.copytree(checkpoint, out)
+        tensors = load_file(out / MTP_SHARD)
+        edit(tensors)
+        save_file(tensors, out / MTP_SHARD, metadata={"format": "pt"})
+        index_path = out / "model.safetensors.index.json"
+        index = json.loads(index_path.read_text())
+        index["weight_map"].update(dict.fromkeys(tensors, MTP_SHARD))
+        index_path.write_text(json.dumps(index))
+        return out
+
+    def fp8(tensors: dict[str, torch.Tensor]) -> None:  # DeepSeek's block-scaled FP8
+        tensors[f"{layer}.weight"] = tensors[f"{layer}.weight"].to(torch.float8_e4m3fn)
+        tensors[f"{layer}.scale"] = torch.ones(1, 1)
+
+    def fp4(tensors: dict[str, torch.Tensor]) -> None:  # FP4 packed two to an int8 byte
+        tensors[f"{layer}.weight"] = tensors[f"{layer}.weight"][:, ::2].to(torch.int8).contiguous()
+        tensors[f"{layer}.scale"] = torch.ones(1, 1)
+
+    def int8(tensors: dict[str, torch.Tensor]) -> None:  # no quant_model_description.json
+        tensors[f"{layer}.weight"] = tensors[f"{layer}.weight"].to(torch.int8)
+        tensors[f"{layer}.weight_scale"] = torch.ones(24, 1)
+
+    for name, edit in (("fp8", fp8), ("fp4", fp4)):
+        with pytest.raises(ValueError, match=r"mtp\.0\.attn\.wq_a\.\S+ is FP8/FP4-quantised") as e:
+            load_v4_mtp(model, edited(name, edit))
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="does not type"):
+        load_v4_mtp(model, edited("int8", int8))
 
 
 def test_mtp_drafts_equal_the_reference_at_every_step(

@@ -1,7 +1,8 @@
 """DeepSeek-V4 in ModelSlim's W8A8 layout (`engine.quantization.deepseek_v4`, the Ascend
 `…-w8a8-mtp` checkpoints): `ascend-router quantize` writes it from the tiny float V4 with its MTP
-layer, the engine loads it through the W8A8 path (the MTP layer's int8 tensors too, where its
-module says where they go) and serves it like the float original, within the tolerance below.
+layer, the engine loads it through the W8A8 path (the MTP layer's block int8 as the decoder
+layers', `load_model(..., mtp=True)`) and serves it like the float original, within the tolerance
+below; speculative decoding with its MTP layer leaves its greedy output unchanged.
 
 Tolerance. A V4 step makes discrete choices from continuous values: the learned routers' top-k
 experts (layers 2 and 3 of the tiny model) and the indexer's top-k compressed entries (the
@@ -27,25 +28,23 @@ from typing import Any
 
 import pytest
 import torch
-from engine_helpers import assert_blocks_free, greedy, run_to_completion
+from engine_helpers import assert_blocks_free, greedy, run_staggered, run_to_completion
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4GroupedLinear
 
 from cli.main import main as cli_main
 from configs.engine_config import EngineConfig
 from engine.deepseek_v4.attention import V4Attention
-from engine.deepseek_v4.cache import SLIDING
 from engine.llm_engine import LLMEngine
 from engine.model_loader import CheckpointRef, load_model
-from engine.quantization import QUANT_DESCRIPTION_FILE, apply_quantization
-from engine.quantization.checkpoint_names import CheckpointNames
+from engine.quantization import QUANT_DESCRIPTION_FILE
+from engine.quantization.checkpoint_names import CheckpointMapped
 from engine.quantization.deepseek_v4 import INT8_LINEARS
 from engine.quantization.experts import W8A8DynamicExperts
 from engine.quantization.linear import W8A8DynamicLinear
-from engine.spec_decode.mtp_v4 import V4MtpLayer, block_config
+from engine.spec_decode.mtp_v4 import V4MtpLayer
 from engine.step_input import StepInput
 from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 
@@ -302,39 +301,12 @@ def test_what_the_v4_path_refuses(
     assert re.search(r"DeepSeek-V4 .* --mode w8a8_dynamic", capsys.readouterr().err)
 
 
-class _MappedMtpLayer(V4MtpLayer):
-    """`engine.spec_decode.mtp_v4`'s MTP layer, saying where each `mtp.0.*` tensor goes
-    (`CheckpointMapped`): the block's as transformers renames a decoder layer of its shape (a
-    one-layer model of `block_config`, on the meta device), `hc_head_*` as the model's, the rest
-    by name."""
-
-    checkpoint_prefix = "mtp.0."
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        config: PretrainedConfig = block_config(model.config, SLIDING)
-        decoder = model.get_decoder()
-        super().__init__(config, decoder.embed_tokens, decoder.rotary_emb)
-        with torch.device("meta"):
-            self._shadow = CheckpointNames(AutoModelForCausalLM.from_config(config))
-
-    def checkpoint_target(self, name: str) -> tuple[str, int | None] | None:
-        if name.split(".")[0] in ("e_proj", "h_proj", "enorm", "hnorm", "norm"):
-            return name, None
-        found = self._shadow.resolve(name if name.startswith("hc_head") else f"layers.0.{name}")
-        if found is None:
-            return None
-        key = found.key.removeprefix("model.")
-        block = key.removeprefix("layers.0.")
-        return (f"block.{block}" if block != key else key), found.part
-
-
-def test_the_mtp_layers_int8_tensors_load_where_its_module_says(
+def test_the_mtp_layers_int8_tensors_load_as_the_decoder_layers(
     checkpoints: tuple[Path, Path],
 ) -> None:
     src, dst = checkpoints
-    model = AutoModelForCausalLM.from_pretrained(dst, dtype=torch.float32)
-    model.mtp = _MappedMtpLayer(model)
-    apply_quantization(model, CheckpointRef.from_path(dst))
+    model = load_model(CheckpointRef.from_path(dst), torch.float32, torch.device("cpu"), mtp=True)
+    assert isinstance(model.mtp, V4MtpLayer) and isinstance(model.mtp, CheckpointMapped)
     block = model.mtp.block
     attn, mlp = block.self_attn, block.mlp
     for linear in (attn.q_a_proj, attn.q_b_proj, attn.kv_proj, attn.o_b_proj):
@@ -342,8 +314,8 @@ def test_the_mtp_layers_int8_tensors_load_where_its_module_says(
     for linear in (mlp.shared_experts.gate_proj, mlp.shared_experts.up_proj):
         assert isinstance(linear, W8A8DynamicLinear)
     assert isinstance(mlp.experts, W8A8DynamicExperts)
-    assert type(attn.o_a_proj) is DeepseekV4GroupedLinear
-    assert type(model.mtp.e_proj) is nn.Linear
+    assert type(attn.o_a_proj) is DeepseekV4GroupedLinear  # float, as in the decoder layers
+    assert type(model.mtp.e_proj) is nn.Linear and type(model.mtp.h_proj) is nn.Linear
 
     index = json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
 
@@ -361,3 +333,63 @@ def test_the_mtp_layers_int8_tensors_load_where_its_module_says(
     )
     step = mlp.experts.gate_up_scale[2, inter:, None] / 2 + 1e-6
     assert bool(((up - source("mtp.0.ffn.experts.2.w3.weight")).abs() <= step).all())
+    # the float tensors as stored
+    assert torch.equal(model.mtp.e_proj.weight, source("mtp.0.e_proj.weight"))
+    assert torch.equal(model.mtp.hc_head.hc_fn, source("mtp.0.hc_head_fn"))
+
+
+@pytest.fixture(scope="module")
+def agreeing(checkpoints: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The float checkpoint with the head's row 0 along a random direction (so that the target
+    emits token 0 after about half of its hidden states and the MTP layer, through its own int8
+    block, drafts it after about half of its own: drafts get accepted and rejected), quantised
+    by the CLI."""
+    src, _ = checkpoints
+    root = tmp_path_factory.mktemp("v4-w8a8-mtp")
+    shutil.copytree(src, root / "float")
+    index = json.loads((root / "float/model.safetensors.index.json").read_text())["weight_map"]
+    shard = root / "float" / index["head.weight"]
+    tensors = load_file(shard)
+    head = tensors["head.weight"]
+    gen = torch.Generator().manual_seed(0)
+    row = torch.randn(head.shape[1], generator=gen) * 4 * head.float().norm(dim=1).max()
+    head[0] = row.to(head.dtype)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    dst = root / "w8a8"
+    assert cli_main(["quantize", str(root / "float"), str(dst), "--mode", "w8a8_dynamic"]) == 0
+    return dst
+
+
+def test_mtp_on_the_w8a8_checkpoint_leaves_greedy_output_unchanged(agreeing: Path) -> None:
+    rng = random.Random(3)
+    requests = [
+        (str(i), [rng.randrange(3, SMALL_VOCAB) for _ in range(n)], greedy(16, ignore_eos=True))
+        for i, n in enumerate((5, 23, 40, 70))
+    ]
+    out: dict[bool, dict[str, list[int]]] = {}
+    for speculative in (None, {"method": "mtp", "num_speculative_tokens": 1}):
+        engine = LLMEngine(
+            str(agreeing),
+            EngineConfig(
+                speculative=speculative,
+                dtype="float32",
+                block_size=BLOCK,
+                num_kv_blocks=64,
+                max_model_len=256,
+                max_num_batched_tokens=48,  # chunked: the 70-token prompt outruns the window
+                max_num_seqs=4,
+            ),
+        )
+        out[speculative is not None] = run_staggered(engine, requests, join_every=2)
+        if speculative is not None:
+            mtp = engine.executor.model.mtp  # type: ignore[attr-defined]
+            assert isinstance(mtp.block.mlp.experts, W8A8DynamicExperts)
+            assert isinstance(mtp.block.self_attn.kv_proj, W8A8DynamicLinear)
+            stats = engine.stats().spec
+            assert stats is not None and stats.num_drafts >= 20
+            assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
+        assert_blocks_free(engine)  # both pools
+        engine.shutdown()
+    assert out[True] == out[False]
+    assert all(len(tokens) == 16 for tokens in out[True].values())
+    assert any(0 in tokens and len(set(tokens)) > 2 for tokens in out[True].values())
