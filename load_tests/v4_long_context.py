@@ -16,14 +16,18 @@ length:
   `HybridKVSpec.bytes_per_sequence(L, block_size)` (checked again at the last decode step that
   still holds the sequence), and the growth per token between consecutive lengths, which must be
   `HybridKVSpec.bytes_per_token()`: the compressed rate (the sliding pool is a fixed cost);
-- **where a decode step's time goes** (timing hooks this tool adds to the loaded model's
-  `V4Attention` modules and to their op table, so the engine carries no profiling code): the
-  lightning indexer (`lightning_indexer`, scoring all L/4 indexer keys of each CSA layer), the HCA
-  layers' attention over their L/16 entries plus the window (`sparse_shared_kv_attention`), the
-  rest of the attention modules (projections, compressors, index building, the CSA and sliding
-  layers' attention over a fixed number of keys), and the rest of the step (MoE,
-  hyper-connections, sampling, scheduling, block tables). The claim checked: decode time grows
-  with the context only by the indexer's and the HCA entries' share.
+- **where a decode step's time goes** (medians over the steps; timing wrappers this tool adds to
+  the loaded engine, `StepTimer`, so the engine carries no profiling code):
+  `indexer` (op `lightning_indexer`: every CSA layer scores all L/4 indexer keys),
+  `hca_attention` (op `sparse_shared_kv_attention` of the HCA layer: its L/16 entries plus the
+  window), `entry_index` (`HybridStep.ratio`: each query's visible entries' slots, L/4 + L/16),
+  `tables` (the runner's `_metadata` and the block manager's `commit`: the step's block tables
+  turned into tensors, L/block_size entries, and the sliding-block bookkeeping),
+  `other_attention` (projections, compressors, the CSA and sliding layers' attention over a
+  fixed number of keys) and `rest` (MoE, hyper-connections, sampling, scheduling). The claim
+  checked: decode time grows with the context only by the compressed entries' share (the first
+  three), plus the block-table handling, which is per block, not per entry; the last two stay
+  flat.
 
 Contrast, dense (`--dense-family`, default `deepseek_v3`: MLA, the model V4 follows; its tiny
 checkpoint has hidden size 16 to V4's 32): the same measurement on the engine's one-kind paged
@@ -36,12 +40,12 @@ Peer (`--peer-max-len`, default 16k; 0: none): transformers' own `DeepseekV4ForC
 same checkpoint and dtype (eager attention, the model's default: its sinks need it), the prompt
 fed through the model in `--chunk`-token forward passes into its own `DynamicCache`
 (`DeepseekV4CSACache` / `DeepseekV4HCACache` layers; one pass of a 16k prompt would need the
-eager attention's `[heads, L, L + L/4]` weights, gigabytes; chunks give the same tokens, checked
-in the result), then `generate(do_sample=False)` from that cache, each token timed by a streamer.
-Its TPOT is the mean gap between consecutive generated tokens; its KV bytes, the tensors its
-cache holds after `generate` (window K=V, compressed entries and indexer keys, compressor
-buffers and overlap state). Ratios are ours / peer (TPOT < 1: ours faster). The greedy tokens of
-both sides are compared (float32: they should agree).
+eager attention's `[heads, L, L + L/4]` weights, gigabytes; chunked passes gave the same greedy
+tokens as one pass on a 1,000-token prompt), then `generate(do_sample=False)` from that cache,
+each token timed by a streamer. Its TPOT is the mean gap between consecutive generated tokens;
+its KV bytes, the tensors its cache holds after `generate` (window K=V, compressed entries and
+indexer keys, compressor buffers and overlap state). Ratios are ours / peer (TPOT < 1: ours
+faster). The greedy tokens of both sides are compared (float32: they should agree).
 
 Both sides decode on one intra-op thread (ours: `single_thread_max_tokens: 1`, as
 `configs/local.yaml` serves; the peer: `torch.set_num_threads(1)` around `generate`) and prefill
@@ -49,8 +53,13 @@ on `--threads` (default: every core). The tiny checkpoints get `max_position_emb
 to fit the longest length (V4's YaRN `original_max_position_embeddings` scaled with it, keeping
 the tiny config's factor 16), written to `--model-dir` (default: a temporary directory).
 
+Runtime on 2 cores: about 3.5 minutes with the defaults on a quiet host, most of it our 64k
+prefill (the reference `lightning_indexer` scores every visible key of every prompt token:
+quadratic). `--peer-max-len 65536 --dense-max-len 65536` adds the peer and the dense model at
+64k, about 7 and 8 more minutes (measured on a loaded host).
+
 Example (the figures in the README):
-    python -m load_tests.v4_long_context --lengths 4096 16384 65536 --decode-tokens 32
+    python -m load_tests.v4_long_context
 
 Writes `load_tests/results/v4-long-context-<UTC timestamp>.json`.
 """
@@ -100,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 65536])
-    p.add_argument("--decode-tokens", type=int, default=32, help="decode steps timed per length")
+    p.add_argument("--decode-tokens", type=int, default=64, help="decode steps timed per length")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--block-size", type=int, default=16, help="a multiple of V4's ratios (4, 16)")
     p.add_argument("--chunk", type=int, default=1024, help="prefill tokens per step (both sides)")
