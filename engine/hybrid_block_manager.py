@@ -116,10 +116,15 @@ class HybridBlockManager(BlockManager):
             for i, digest in enumerate(self.chain(seq, full)):
                 if seq.sliding_table[i] >= 0:
                     self.sliding.register(seq.sliding_table[i], digest)
-        for i in range(self._first_live(seq.num_computed_tokens)):
-            if seq.sliding_table[i] >= 0:
-                self.sliding.release(seq.sliding_table[i])
-                seq.sliding_table[i] = -1
+        # released blocks are a prefix of -1s: walk back from the first live block to it, so a
+        # step costs the blocks it releases, not the sequence's length
+        first = self._first_live(seq.num_computed_tokens)
+        start = first
+        while start > 0 and seq.sliding_table[start - 1] >= 0:
+            start -= 1
+        for i in range(start, first):
+            self.sliding.release(seq.sliding_table[i])
+            seq.sliding_table[i] = -1
 
     def trim(self, seq: Sequence) -> None:
         """`BlockManager.trim` for both groups."""
