@@ -13,16 +13,13 @@ from dataclasses import dataclass, replace
 
 import torch
 from tqdm import tqdm
-from transformers import PretrainedConfig
 
 from configs.engine_config import EngineConfig
-from engine.block_manager import BlockManager
 from engine.decode_graphs import DecodeGraphSpec
 from engine.deepseek_v4.cache import HybridKVSpec
 from engine.executor import Executor, ExecutorDead, LocalExecutor
-from engine.hybrid_block_manager import HybridBlockManager
 from engine.kv_budget import num_kv_blocks
-from engine.kv_cache import AnyKVSpec, KVCacheSpec
+from engine.kv_layout import block_manager_for, kv_spec
 from engine.lora.manager import LoraManager, LoraStats
 from engine.model_loader import (
     CheckpointRef,
@@ -68,25 +65,6 @@ def resolve_dtype(name: str, platform: Platform) -> torch.dtype:
     if name == "auto":
         return platform.preferred_dtype()
     return getattr(torch, name)
-
-
-def kv_spec(
-    hf_config: PretrainedConfig, dtype: torch.dtype, tensor_parallel_size: int, config: EngineConfig
-) -> AnyKVSpec:
-    """The model's KV geometry per rank: DeepSeek-V4's hybrid kinds, with its sliding-window pool
-    sized for `config` (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others.
-
-    Raises:
-        ValueError: a DeepSeek-V4 `block_size` that is not a multiple of its compress ratios.
-    """
-    if hf_config.model_type != "deepseek_v4":
-        return KVCacheSpec.from_config(hf_config, dtype, tensor_parallel_size)
-    spec = HybridKVSpec.from_config(hf_config, dtype)
-    spec.check_block_size(config.block_size)
-    sliding = spec.sliding_blocks_for(
-        config.max_num_seqs, config.max_num_batched_tokens, config.block_size
-    )
-    return replace(spec, sliding_blocks=sliding)
 
 
 class LLMEngine:
@@ -217,19 +195,7 @@ class LLMEngine:
         except Exception:
             self.executor.shutdown()
             raise
-        self.block_manager: BlockManager
-        if isinstance(spec, HybridKVSpec):
-            self.block_manager = HybridBlockManager(
-                num_blocks,
-                config.block_size,
-                spec.sliding_blocks,
-                spec.span,
-                config.enable_prefix_caching,
-            )
-        else:
-            self.block_manager = BlockManager(
-                num_blocks, config.block_size, config.enable_prefix_caching
-            )
+        self.block_manager = block_manager_for(spec, num_blocks, config)
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_seqs,

@@ -16,7 +16,7 @@ Per rank (one NPU; a replica has `tensor_parallel_size` ranks):
 - KV budget = `device_memory × gpu_memory_utilization − weights − ACTIVATION_RESERVE_BYTES`,
   the engine's own budget formula (DESIGN.md, "KV budget comes from measurement") with the
   profiled peak activations replaced by a fixed reserve; a hybrid cache's sliding-window pool
-  (`sliding_pool_bytes(block_size)`, its `sliding_blocks` sized by `engine.llm_engine.kv_spec`
+  (`sliding_pool_bytes(block_size)`, its `sliding_blocks` sized by `engine.kv_layout.kv_spec`
   for `max_num_seqs` and `max_num_batched_tokens`) comes off it first, as in `engine.kv_budget`;
 - blocks = `KV budget // bytes_per_block(block_size)`; a sequence of `n` tokens needs
   `ceil(n / block_size)` of them, and with a hybrid cache also

@@ -11,7 +11,7 @@ Shapes come from, in this order:
    from a meta-device model sharded as the engine shards it (`engine.planning.weights`);
 3. the deployment's `shape` section.
 
-The KV geometry is the engine's own (`engine.llm_engine.kv_spec` of the config: one
+The KV geometry is the engine's own (`engine.kv_layout.kv_spec` of the config: one
 `engine.kv_cache.KVCacheSpec`, for DeepSeek MLA the latent, `kv_lora_rank + qk_rope_head_dim` per
 token and layer on every rank; DeepSeek-V4's `HybridKVSpec` with its sliding-window pool sized for
 the deployment's engine settings) and checkpoints resolve as the engine loads them
@@ -78,7 +78,7 @@ class ModelFacts:
         tensor_parallel_size: int = 1,
         engine: EngineConfig | None = None,
     ) -> AnyKVSpec:
-        """KV geometry of one rank. With a config: the engine's own (`engine.llm_engine.kv_spec`;
+        """KV geometry of one rank. With a config: the engine's own (`engine.kv_layout.kv_spec`;
         DeepSeek-V4's hybrid kinds with the sliding-window pool sized for `engine`, default
         settings if None). From a `shape`: K/V heads split over ranks (at least one head per
         rank); DeepSeek MLA's latent whole on every rank.
@@ -87,7 +87,7 @@ class ModelFacts:
             ValueError: a DeepSeek-V4 `block_size` that is not a multiple of its compress ratios.
         """
         if self.hf_config is not None:
-            from engine.llm_engine import kv_spec
+            from engine.kv_layout import kv_spec
 
             return kv_spec(self.hf_config, dtype, tensor_parallel_size, engine or EngineConfig())
         if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:

@@ -31,7 +31,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from configs.engine_config import EngineConfig
 from engine.deepseek_v4.cache import SLIDING, HybridKVSpec
 from engine.hybrid_block_manager import HybridBlockManager
-from engine.llm_engine import LLMEngine, kv_spec
+from engine.kv_layout import kv_spec
+from engine.llm_engine import LLMEngine
 from engine.quantization.checkpoint_names import CheckpointMapped
 from engine.spec_decode.build import Drafter, fit_hybrid_drafter
 from engine.spec_decode.mtp_v4 import V4MtpLayer, block_config, load_v4_mtp, mtp_layer_type

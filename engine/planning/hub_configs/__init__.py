@@ -5,7 +5,7 @@
 `HUB_CHECKPOINTS`: the hub id itself (`Eco-Tech/DeepSeek-V4-Flash-w8a8-mtp`) or a directory of
 that name (`/models/DeepSeek-V4-Flash-w8a8-mtp`; case-insensitive). The config then goes through
 the engine's own reading (`engine.architectures.check_architecture`, transformers' config class)
-and KV geometry (`engine.llm_engine.kv_spec`), and the parameters are counted on a meta-device
+and KV geometry (`engine.kv_layout.kv_spec`), and the parameters are counted on a meta-device
 model (`engine.planning.weights`), so that no figure is restated by hand.
 
 `deepseek-ai--DeepSeek-V4-Flash.config.json`: DeepSeek-V4-Flash's architecture fields. Sources
