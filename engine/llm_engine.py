@@ -8,16 +8,15 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import time
 from dataclasses import dataclass, replace
 
 import torch
-from tqdm import tqdm
 
 from configs.engine_config import EngineConfig
 from engine.decode_graphs import DecodeGraphSpec
 from engine.deepseek_v4.cache import HybridKVSpec
 from engine.executor import Executor, ExecutorDead, LocalExecutor
+from engine.graph_capture import capture_decode_graphs
 from engine.kv_budget import num_kv_blocks
 from engine.kv_layout import block_manager_for, kv_spec
 from engine.lora.manager import LoraManager, LoraStats
@@ -191,7 +190,7 @@ class LLMEngine:
             )
             self.executor.allocate_kv(num_blocks)
             if graphs is not None:
-                self._capture(graphs)
+                capture_decode_graphs(self.executor, graphs, self._set_threads)
         except Exception:
             self.executor.shutdown()
             raise
@@ -209,23 +208,6 @@ class LLMEngine:
             )
         self._seqs: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
-
-    def _capture(self, graphs: DecodeGraphSpec) -> None:
-        """Compile every decode graph before the first request, with a progress bar."""
-        torch._dynamo.config.recompile_limit = max(
-            torch._dynamo.config.recompile_limit, 2 * len(graphs.batch_sizes)
-        )
-        start = time.perf_counter()
-        for size in tqdm(graphs.batch_sizes, desc="capturing decode graphs", unit="graph"):
-            began = time.perf_counter()
-            self._set_threads(size)
-            self.executor.capture(size)
-            logger.info(
-                "decode graph of %d rows ready in %.1f s", size, time.perf_counter() - began
-            )
-        logger.info(
-            "%d decode graphs ready in %.1f s", len(graphs.batch_sizes), time.perf_counter() - start
-        )
 
     def _set_threads(self, num_tokens: int) -> None:
         """CPU: one intra-op thread for steps of at most `single_thread_max_tokens` tokens."""

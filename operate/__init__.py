@@ -1,0 +1,1 @@
+"""Operator tooling above the serving layers: doctor, plan, KubeRay, systemd, preflight."""
