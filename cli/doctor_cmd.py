@@ -36,9 +36,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run every check and print the report; returns the exit status."""
     from configs.serve_file import load_app_config
-    from engine.doctor.report import exit_status
-    from engine.doctor.run import DoctorContext, run_doctor
-    from npu_ops.report_table import format_table
+    from operate.doctor.report import exit_status
+    from operate.doctor.run import DoctorContext, run_doctor
+    from operate.report_table import format_table
 
     config = None
     if args.config:

@@ -4,7 +4,7 @@
     ascend-router kuberay configs/prod.yaml --image registry.example.com/ascend-router:0.1.0 \\
         --models-host-path /data/models | kubectl apply -f -
 
-The manifest (`configs/kuberay/`) embeds the Serve config as `serveConfigV2`, runs a head pod and
+The manifest (`operate/kuberay/`) embeds the Serve config as `serveConfigV2`, runs a head pod and
 a worker group of Ascend nodes (`huawei.com/Ascend910` cards declared to Ray as `NPU`), and mounts
 the models volume in every pod. Without `-o` it goes to stdout. Exit status 0 on success, 2 on an
 unreadable or invalid config or options that cannot work (a line on stderr says which and why).
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from configs.kuberay.options import KubeRayOptions
+from operate.kuberay.options import KubeRayOptions
 
 # One source for the defaults: the options dataclass (its fields are the flags, same names).
 _DEFAULTS = KubeRayOptions()
@@ -108,8 +108,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate the manifest; returns the exit status."""
-    from configs.kuberay.render import generate
-    from configs.systemd_units import write_text_file
+    from operate.kuberay.render import generate
+    from operate.systemd_units import write_text_file
 
     out = None if args.output is None else Path(args.output)
     try:

@@ -2,7 +2,10 @@
 
 Each sub-command lives in its own module under `cli/` and exposes
 `register(subparsers) -> None`, which adds its parser and sets `func` (a callable taking the
-parsed namespace and returning the exit status).
+parsed namespace and returning the exit status). Every module is imported to build the parser,
+so each keeps its top-level imports light: torch, Ray, transformers and xgrammar are imported
+inside the commands that use them, and `--help` or `parse-tools` starts without them
+(`tests/cli/test_cli_startup.py`).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from npu_ops.ops.preflight import OpResult
     from npu_ops.ops.registry import Implementation, OpDef
-    from npu_ops.ops.samples import OpShapes
     from npu_ops.platform import Platform
+    from operate.ops_check.preflight import OpResult
+    from operate.ops_check.shapes import OpShapes
 
 
 def register(subparsers: Any) -> None:
@@ -50,9 +50,9 @@ def _shapes(args: argparse.Namespace, platform: Platform) -> OpShapes:
     import torch
 
     from configs.serve_file import load_app_config, pick_model
-    from engine.planning.memory_plan import plan_dtype
-    from engine.planning.model_facts import model_facts
-    from npu_ops.ops.samples import OpShapes
+    from operate.ops_check.shapes import OpShapes
+    from operate.planning.memory_plan import plan_dtype
+    from operate.planning.model_facts import model_facts
 
     default_dtype = torch.float32 if platform.kind.value == "cpu" else torch.bfloat16
     if not args.config:
@@ -93,9 +93,9 @@ def _row(r: OpResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the preflight and print its table; returns the exit status."""
-    from npu_ops.ops.preflight import run_preflight
     from npu_ops.platform import current_platform
-    from npu_ops.report_table import format_table
+    from operate.ops_check.preflight import run_preflight
+    from operate.report_table import format_table
 
     platform = current_platform()
     try:

@@ -23,11 +23,15 @@ import sys
 from typing import Any
 
 from deployments.protocol.tools import parse_tool_choice
-from deployments.structured_output import NATIVE_TOOL_FORMATS
-from deployments.tool_output import ToolOutput
+from deployments.streaming.tool_output import ToolOutput
 from deployments.toolcalls.assemble import accumulate, assemble, parse_text
 from deployments.toolcalls.choice import finalize, parser_for_choice
-from deployments.toolcalls.registry import DEFAULT_PARSER_BY_FAMILY, PARSERS, default_parser
+from deployments.toolcalls.registry import (
+    DEFAULT_PARSER_BY_FAMILY,
+    NATIVE_TOOL_FORMATS,
+    PARSERS,
+    default_parser,
+)
 
 
 class UsageError(Exception):

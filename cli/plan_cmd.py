@@ -2,12 +2,13 @@
 
     ascend-router plan configs/prod.yaml
     ascend-router plan configs/prod.yaml --card 910B4
+    ascend-router plan configs/local.yaml --card cpu
 
 For each deployment: weights (total and per rank), KV bytes per token per rank, the KV budget
 and blocks that fit at `gpu_memory_utilization`, and how many sequences fit at once at full
 context, at 128k and at 1M tokens (`-` past the deployment's `max_model_len`). A hybrid KV cache
 (DeepSeek-V4) gets a line with its kinds and its sliding-window pool. Formulas and the
-activation reserve are documented in `engine/planning/memory_plan.py`.
+activation reserve are documented in `operate/planning/memory_plan.py`.
 Exit status 0 when every deployment fits, 1 when one cannot (a line says which and why), 2 on
 an unreadable or invalid config. Heavy imports happen when the command runs.
 """
@@ -19,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.planning.memory_plan import DeploymentPlan
+    from operate.planning.memory_plan import DeploymentPlan
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +36,8 @@ def register(subparsers: Any) -> None:
         "--card",
         default="910B",
         help="Ascend card whose memory applies when a deployment has no device_memory_bytes: "
-        "910B (default, 64 GiB), 910B1-910B3, 910B4 (32 GiB), 910A, 310P3",
+        "910B (default, 64 GiB), 910B1-910B3, 910B4 (32 GiB), 910A, 310P3; cpu plans a CPU "
+        "replica, whose KV budget is engine.kv_cache_memory_bytes",
     )
     p.set_defaults(func=run)
 
@@ -46,7 +48,7 @@ def _context(tokens: int) -> str:
 
 
 def _row(plan: DeploymentPlan) -> list[str]:
-    from engine.planning.memory_plan import CONTEXTS, gib
+    from operate.planning.memory_plan import CONTEXTS, gib
 
     dtype = str(plan.dtype).removeprefix("torch.")
     blocks = f"{plan.num_blocks} x {plan.block_size}"
@@ -70,7 +72,7 @@ def _row(plan: DeploymentPlan) -> list[str]:
 
 def _hybrid_line(plan: DeploymentPlan) -> str:
     """The kinds of a hybrid cache and what one sequence holds of each pool."""
-    from engine.planning.memory_plan import CONTEXTS, gib
+    from operate.planning.memory_plan import CONTEXTS, gib
 
     at = ", ".join(
         f"{_context(n)}: {plan.blocks_for(n)} + {plan.sliding_blocks_per_seq} blocks"
@@ -88,14 +90,9 @@ def _hybrid_line(plan: DeploymentPlan) -> str:
 def run(args: argparse.Namespace) -> int:
     """Plan every deployment of the config; returns the exit status."""
     from configs.serve_file import load_app_config
-    from engine.planning.memory_plan import (
-        ACTIVATION_RESERVE_BYTES,
-        CONTEXTS,
-        gib,
-        plan_deployment,
-    )
-    from engine.planning.model_facts import model_facts
-    from npu_ops.report_table import format_table
+    from operate.planning.memory_plan import CONTEXTS, plan_deployment
+    from operate.planning.model_facts import model_facts
+    from operate.report_table import format_table
 
     try:
         config = load_app_config(args.config)
@@ -118,13 +115,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     print(format_table(headers, [_row(p) for p in plans]))
     for plan in plans:
-        pool = f" - sliding-window pool {gib(plan.sliding_pool_bytes)}" if plan.hybrid else ""
-        print(
-            f"{plan.model_id}: shapes from {plan.shape_source}; device memory "
-            f"{gib(plan.device_memory)} ({plan.memory_source}) x {plan.utilization:g} - weights "
-            f"{gib(plan.weights_per_rank)} - activation reserve {gib(ACTIVATION_RESERVE_BYTES)}"
-            f"{pool} = KV {gib(plan.kv_budget)} per rank"
-        )
+        print(f"{plan.model_id}: shapes from {plan.shape_source}; {plan.budget_derivation()}")
         if plan.hybrid:
             print(_hybrid_line(plan))
     failing = [p for p in plans if not p.fits]

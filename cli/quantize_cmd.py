@@ -19,14 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.model_loader import CheckpointRef, load_config
-from engine.quantization.quantizer import (
-    CALIB_LEN,
-    CALIB_SAMPLES,
-    MODES,
-    quantize_checkpoint,
-    random_calibration,
-)
+# The quantizer's modes and calibration defaults (`engine.quantization.quantizer`, kept equal by
+# tests/cli/test_cli_startup.py), spelled here so that the CLI starts without importing torch.
+MODES = ("w8a8", "w8a8_dynamic")
+CALIB_SAMPLES = 8
+CALIB_LEN = 64
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,17 +53,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print what was written; exit 2 on a bad source, destination or mode."""
+    from engine.checkpoint_ref import CheckpointRef
+    from engine.model_loader import load_config
+    from engine.quantization import quantizer
+
     try:
         calibration = None
         if args.mode == "w8a8":
             vocab = int(load_config(CheckpointRef.from_path(args.src)).vocab_size)
-            calibration = random_calibration(vocab, args.calib_samples, args.calib_len, args.seed)
-        result = quantize_checkpoint(args.src, args.dst, args.mode, calibration)
+            calibration = quantizer.random_calibration(
+                vocab, args.calib_samples, args.calib_len, args.seed
+            )
+        result = quantizer.quantize_checkpoint(args.src, args.dst, args.mode, calibration)
     except ValueError as exc:
         print(f"ascend-router quantize: error: {exc}", file=sys.stderr)
         return 2
+    kind = quantizer.MODES[args.mode]
     print(
-        f"{result.out_dir}: {result.num_layers} linear layers {MODES[args.mode]}, tensors "
+        f"{result.out_dir}: {result.num_layers} linear layers {kind}, tensors "
         f"{result.bytes_before / 2**20:.1f} MiB -> {result.bytes_after / 2**20:.1f} MiB"
     )
     return 0

@@ -7,7 +7,7 @@ The head gets `ascend-router-ray-head.service` (`ray start --head --block`) and
 `ascend-router-serve.service` (a oneshot `serve deploy CONFIG` once the head is up); a worker gets
 `ascend-router-ray-worker.service` (`ray start --block --address=...`). Each node advertises
 `--npus` cards as Ray's `NPU` resource and makes them visible through
-`ASCEND_RT_VISIBLE_DEVICES`. The units are described in `configs/systemd_units.py`. Exit status
+`ASCEND_RT_VISIBLE_DEVICES`. The units are described in `operate/systemd_units.py`. Exit status
 0 when written, 2 on bad arguments or an unreadable or invalid config.
 """
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from configs.systemd_units import (
+from operate.systemd_units import (
     DEFAULT_PORT,
     MAX_NPUS,
     SET_ENV,
@@ -91,7 +91,7 @@ def _npus_and_devices(args: argparse.Namespace) -> tuple[int, tuple[int, ...]]:
 def run(args: argparse.Namespace) -> int:
     """Validate the config, write the node's units and say how to install them."""
     from configs.serve_file import check_http_options, load_app_config, load_serve_document
-    from configs.systemd_units import write_units
+    from operate.systemd_units import write_units
 
     try:
         load_app_config(args.config)

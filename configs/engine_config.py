@@ -115,7 +115,7 @@ class EngineConfig(BaseModel):
             "Graph mode: the decode batch sizes captured at start-up (vLLM's "
             "cudagraph_capture_sizes). A decode step of D sequences runs as the graph of the "
             "smallest size >= D, padded; larger decode steps, prefill and mixed steps run eager. "
-            "Each size costs its compile time at a cold start (see the README)."
+            "Each size costs its compile time at a cold start (see docs/graph-mode.md)."
         ),
     )
     compile_cache_dir: str | None = Field(

@@ -11,6 +11,7 @@ from configs.model_shape import ModelShape
 from configs.model_source import ModelSource
 from configs.monitoring import MonitoringConfig
 from configs.policy_config import ModelCapabilities, PolicyConfig
+from configs.policy_validation import check_policy
 from configs.preprocessing import Preprocessing
 from configs.rate_limits import RateLimits
 from configs.request_limits import RequestLimits
@@ -285,7 +286,7 @@ class RouterAppConfig(BaseModel):
                     "adapter: adapters are model ids of their own, so names must be unique"
                 )
             taken.add(name)
-        policy.validate_against(self.capabilities())
+        check_policy(policy, self.capabilities())
         self.preprocessing.check_names(ids, policy.alias_names())
         return self
 

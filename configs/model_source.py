@@ -36,6 +36,7 @@ class ModelSource(BaseModel):
         """
         if self.path is not None:
             return self.path
+        assert self.package is not None, "_one_of leaves exactly one of path and package"
         spec = importlib.util.find_spec(self.package)  # does not import the package
         if spec is None or not spec.submodule_search_locations:
             raise ValueError(

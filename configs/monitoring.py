@@ -1,4 +1,4 @@
-"""How model replicas report their engine metrics to the router (`deployments.metrics_board`)."""
+"""How model replicas report their engine metrics to the router (`deployments.metrics.board`)."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ Example (YAML)::
         pick: least_loaded
     default_targets: [qwen3-8b, qwen3-32b]
 
-Parsing checks shapes and types only; `PolicyConfig.validate_against` checks the policy against
-the served models (`configs.policy_validation`) and must be called once at start-up (it is what
-makes `router.policy.decide` safe); `RouterAppConfig` calls it when the config is parsed.
+Parsing checks shapes and types only; `configs.policy_validation.check_policy` checks the policy
+against the served models and must be called once at start-up (it is what makes
+`router.policy.decide` safe); `RouterAppConfig` calls it when the config is parsed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from configs.policy_validation import check_policy
 
 AUTO_ALIAS = "auto"
 """The alias of a request that omits `model`."""
@@ -201,17 +199,3 @@ class PolicyConfig(BaseModel):
         if self.default_targets is not None:
             return self.default_targets
         return self.aliases[AUTO_ALIAS]
-
-    def validate_against(self, models: dict[str, ModelCapabilities]) -> None:
-        """Check the policy against the served models; call once at start-up.
-
-        Args:
-            models: Served model id → its capabilities.
-
-        Raises:
-            ValueError: Naming the rule or alias and the bad value, for: an unknown model id, an
-                alias named like a model, a bad threshold (negative tokens, temperature outside
-                [0, 2], top_p outside [0, 1], an empty range), an empty list, a duplicate rule
-                name, a rule that can never be reached or never yield a capable target.
-        """
-        check_policy(self, models)

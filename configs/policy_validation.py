@@ -1,4 +1,4 @@
-"""Start-up checks of a routing `PolicyConfig` against the served models (`validate_against`).
+"""Start-up checks of a routing `PolicyConfig` against the served models (`check_policy`).
 
 Every error names the rule or alias at fault, the bad value and what to change, so an operator
 can fix the Serve config without reading this code.
@@ -7,10 +7,8 @@ can fix the Serve config without reading this code.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from configs.policy_config import Condition, ModelCapabilities, PolicyConfig, Rule
+from configs.policy_config import Condition, ModelCapabilities, PolicyConfig, Rule
 
 _TOKEN_FIELDS = ("max_tokens_lte", "max_tokens_gte", "prompt_tokens_gt", "prompt_tokens_lte")
 _LIST_FIELDS = ("model", "tool_choice", "response_format", "tenant", "priority")
@@ -21,14 +19,18 @@ _EXACT_FIELDS = ("stream", "has_tools")
 
 
 def check_policy(policy: PolicyConfig, models: dict[str, ModelCapabilities]) -> None:
-    """Raise `ValueError` for the first problem in `policy` given the served `models`.
+    """Check the policy against the served models; call once at start-up.
 
     Args:
         policy: The parsed policy.
-        models: Served model id → capabilities.
+        models: Served model id → its capabilities.
 
     Raises:
-        ValueError: See `PolicyConfig.validate_against`.
+        ValueError: For the first problem, naming the rule or alias and the bad value: an
+            unknown model id, an alias named like a model, a bad threshold (negative tokens,
+            temperature outside [0, 2], top_p outside [0, 1], an empty range), an empty list, a
+            duplicate rule name, a rule that can never be reached or never yield a capable
+            target.
     """
     for name in policy.alias_names():
         if name in models:

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Iterable
 
 from configs.lora_config import LoraConfig
+from deployments.engine_client import EngineClient
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.lora import LoraSpec, RuntimeAdapter
-from engine.async_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class ReplicaAdapters:
         model_id: the base model's id.
     """
 
-    def __init__(self, engine: AsyncEngine, config: LoraConfig | None, model_id: str) -> None:
+    def __init__(self, engine: EngineClient, config: LoraConfig | None, model_id: str) -> None:
         self.engine = engine
         self.config = config
         self.model_id = model_id

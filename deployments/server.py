@@ -11,22 +11,26 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from configs.envs import log_level
 from configs.model_config import ModelDeploymentConfig
 from configs.monitoring import MonitoringConfig
-from deployments.chat import ChatHandler, ChatSettings
-from deployments.chat_template import ChatTemplate
-from deployments.completions import CompletionHandler
+from deployments.engine_client import EngineClient
+from deployments.handlers.chat import ChatHandler, ChatSettings
+from deployments.handlers.completions import CompletionHandler
+from deployments.handlers.preparation import Preparer
+from deployments.handlers.tokenize import TokenizeHandler
 from deployments.lora_adapters import ReplicaAdapters
-from deployments.metrics_push import MetricsPusher
-from deployments.preparation import Preparer
+from deployments.metrics.push import MetricsPusher
+from deployments.prompting.chat_template import ChatTemplate
+from deployments.prompting.structured_output import GrammarFactory
+from deployments.prompting.tokenizer import load_tokenizer
+from deployments.protocol.error_stream import end_on_failure, error_stream
 from deployments.protocol.errors import (
     ErrorResponse,
     OpenAIError,
@@ -34,7 +38,7 @@ from deployments.protocol.errors import (
     internal_error,
 )
 from deployments.protocol.lora import LoraSpec
-from deployments.protocol.preprocess import PreprocessPlan
+from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.tokenize import (
@@ -45,10 +49,7 @@ from deployments.protocol.tokenize import (
     TokenizeResponse,
 )
 from deployments.protocol.validation import parse_request, wants_stream
-from deployments.sse_relay import sse_batches
-from deployments.structured_output import GrammarFactory
-from deployments.tokenize import TokenizeHandler
-from deployments.tokenizer import load_tokenizer
+from deployments.streaming.sse_relay import sse_batches
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
@@ -59,25 +60,6 @@ Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
 T = TypeVar("T")
 Handler = Callable[[Req, str | None], Awaitable[Any]]
 """A handler's `complete` or `stream`: (request, LoRA adapter or None) -> its answer."""
-
-
-async def _guarded(
-    stream: AsyncIterator[BaseModel], where: str
-) -> AsyncIterator[BaseModel | ErrorResponse]:
-    """Relay a stream; a failure mid-stream becomes a final `ErrorResponse` item."""
-    rid = current_request_id()
-    try:
-        async for item in stream:
-            yield item
-    except OpenAIError as exc:
-        yield exc.response()
-    except Exception:  # reported to this client opaquely; the replica keeps serving
-        logger.exception("request %s failed mid-stream in %s", rid, where)
-        yield internal_error(rid, where).response()
-
-
-async def _single(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
-    yield item
 
 
 def engine_class(path: str | None) -> type[LLMEngine]:
@@ -126,7 +108,7 @@ class ModelServer:
         self.tokenizer = load_tokenizer(checkpoint)
         cfg = self.config
         cls = engine_class(cfg.engine_class)
-        self.engine = AsyncEngine(
+        engine = AsyncEngine(
             lambda: cls(checkpoint, cfg.engine, cfg.tensor_parallel_size, cfg.expert_parallel),
             None,
             cfg.engine_stall_timeout_s,
@@ -136,10 +118,11 @@ class ModelServer:
         self.metrics = EngineMetrics(
             cfg.model_id,
             replica_id,
-            self.engine.max_model_len,
+            engine.max_model_len,
             spec.num_speculative_tokens if spec is not None else 0,
         )
-        self.engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
+        engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
+        self.engine: EngineClient = engine
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template, cfg.family)
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
         grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
@@ -188,8 +171,8 @@ class ModelServer:
         """One `what` request: a response or a stream; every failure becomes an `ErrorResponse`
         (see `_answer`; an engine that is not running is 503 `engine_unavailable`), the first
         item of a stream when the request streams. With `sse`, a stream's items after the first
-        are SSE bytes (`deployments.sse_relay`). `lora`: the adapter it runs under (loaded first
-        if this replica lacks it)."""
+        are SSE bytes (`deployments.streaming.sse_relay`). `lora`: the adapter it runs under
+        (loaded first if this replica lacks it)."""
 
         async def run() -> Any:
             dead = self.engine.dead_reason()
@@ -200,13 +183,13 @@ class ModelServer:
             if adapter is not None:
                 self.metrics.count_lora_request(adapter)
             if req.stream:
-                items = _guarded(await stream(req, adapter), self.where)
+                items = end_on_failure(await stream(req, adapter), self.where)
                 return sse_batches(items, self.batching_interval_s) if sse else items
             return await complete(req, adapter)
 
         result = await self._answer(what, run())
         if isinstance(result, ErrorResponse) and wants_stream(request):
-            return _single(result)
+            return error_stream(result)
         return result
 
     async def chat(

@@ -10,7 +10,7 @@ refused when its config is read, before any weight loads
 (`engine.model_loader.load_config`: the engine, its draft model, `ascend-router plan` and
 `ascend-router quantize` all read configs there).
 
-A `model_type` is supported when its tiny checkpoint (`engine.tiny_checkpoints.FAMILY_CONFIGS`)
+A `model_type` is supported when its tiny checkpoint (`fixtures.tiny_checkpoints.FAMILY_CONFIGS`)
 matches transformers' greedy output through the engine (`tests/engine/test_families.py`);
 `tests/engine/test_architectures.py` keeps the two lists equal.
 """
@@ -53,7 +53,7 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
 does not know it, so the message says why rather than "upgrade transformers")."""
 
 _UNVERIFIED = (
-    "no tiny checkpoint of it is checked against transformers (engine.tiny_checkpoints), so "
+    "no tiny checkpoint of it is checked against transformers (fixtures.tiny_checkpoints), so "
     "its attention and KV cache are unverified"
 )
 

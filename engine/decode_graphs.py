@@ -7,7 +7,8 @@ generated token on its own as a decode row), runs as the graph of the smallest c
 added, each a one-token sequence over the reserved padding block that no request owns, and every
 block table is padded to the longest a sequence can have (`max_model_len / block_size` blocks).
 Every input of the graph then has a shape that depends on `B` only, so each size is compiled once
-(`npu_ops.graph_mode`, at start-up) and replayed.
+(`npu_ops.graph_mode`, in the background while the engine serves, `engine.graph_capture`) and
+replayed; until its graph is compiled, a step of that size runs eager.
 
 Padding rows cost their share of a step's work but never touch a request's KV blocks or results:
 they write into the padding block only, and the kernels on the decode path compute every row on

@@ -13,13 +13,14 @@ import torch
 
 from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import AnyKVSpec, allocate_kv_caches
+from engine.kv_layout import AnyKVSpec, allocate_kv_caches
 from engine.lora.adapter import LoraAdapter
 from engine.lora.model import LoraModel
 from engine.model_loader import weight_bytes
 from engine.model_runner import ModelRunner
 from engine.parallel.sharding import LinearShard
 from engine.step_input import StepInput
+from engine.step_result import StepResult
 from npu_ops.platform import current_platform
 
 
@@ -40,11 +41,20 @@ class Executor(Protocol):
     def allocate_kv(self, num_blocks: int) -> None:
         """Allocate the KV cache; `execute` works only after this."""
 
-    def capture(self, size: int) -> None:
-        """Compile the decode graph of `size` rows (graph mode only; see `ModelShard`)."""
+    concurrent_capture: bool
+    """Whether `capture` may run on another thread while steps execute (`engine.graph_capture`):
+    True for one process; False for tensor-parallel ranks, whose collectives it would
+    interleave."""
 
-    def execute(self, step: StepInput) -> torch.Tensor:
-        """Logits `[len(step.rows), vocab_size]` float32 for the step.
+    def capture(self, size: int) -> None:
+        """Compile the decode graph of `size` rows and put it in use (graph mode only; see
+        `ModelRunner.capture`)."""
+
+    def decode_graphs_in_use(self) -> frozenset[int]:
+        """The decode graph sizes compiled so far (decode steps of other sizes run eager)."""
+
+    def execute(self, step: StepInput) -> StepResult:
+        """Run the step: its logits, and its hidden states if `step.return_hidden`.
 
         Raises:
             ExecutorDead: a rank is gone; every later step would fail too.
@@ -136,16 +146,16 @@ class ModelShard:
         assert self.runner is not None, "capture before allocate_kv"
         self.runner.capture(size)
 
-    def execute(self, step: StepInput) -> torch.Tensor:
+    def decode_graphs_in_use(self) -> frozenset[int]:
+        """See `Executor.decode_graphs_in_use`."""
+        return frozenset() if self.runner is None else self.runner.graphs_in_use
+
+    def execute(self, step: StepInput) -> StepResult:
         """See `Executor.execute`."""
         assert self.runner is not None, "execute before allocate_kv"
-        return self.runner.execute(step)
-
-    def execute_hidden(self, step: StepInput) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and every token's final hidden state (`ModelRunner.execute_hidden`); for
-        the MTP draft layer, which runs with tensor parallel size 1 only."""
-        assert self.runner is not None, "execute before allocate_kv"
-        return self.runner.execute_hidden(step)
+        if not step.return_hidden:
+            return StepResult(self.runner.execute(step))
+        return StepResult(*self.runner.execute_hidden(step))
 
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         """See `engine.lora.manager.LoraExecutor`."""
@@ -165,6 +175,8 @@ class ModelShard:
 
 class LocalExecutor(ModelShard):
     """The whole model in this process (tensor parallel size 1)."""
+
+    concurrent_capture = True
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from engine.attention import AttentionMetadata
+    from engine.attention_metadata import AttentionMetadata
     from engine.deepseek_v4.step_indices import HybridStep
     from engine.lora.batch import LoraBatch
 
@@ -31,7 +31,7 @@ class ForwardContext:
     """Per-step inputs that the model's layers read.
 
     Attributes:
-        attention: see `engine.attention.AttentionMetadata`.
+        attention: see `engine.attention_metadata.AttentionMetadata`.
         prompt_rows: `[P]` int64, positions in the flattened batch of prompt tokens.
         generated_rows: `[G]` int64, positions of generated tokens (`P + G = T`).
         lora: the step's rows per LoRA adapter (`engine.lora.layer.LoraLinear` reads it); None

@@ -1,13 +1,41 @@
-"""Compiling the decode graphs (`engine.decode_graphs`) of a freshly built engine."""
+"""Compiling the decode graphs (`engine.decode_graphs`) while the engine already serves eagerly.
+
+A cold compile costs ~39 s per size on SmolLM2 with 2 cores, so compiling every size before the
+replica reported ready kept a fresh replica from answering for minutes. Now the replica reports
+ready with an eager engine and one background thread compiles the sizes, smallest first; each size
+is put in use as soon as its graph is compiled (`ModelRunner.graphs_in_use`): decode steps of that
+size replay it from the next step on, the others stay eager. Each switch is logged (`decode graph
+of N rows in use after S s`) and counted (`ascend_router_decode_graphs_in_use`).
+
+Why compiling beside live steps is safe in one process (`Executor.concurrent_capture`):
+- The capture step holds padding rows only: it writes the padding block, which no request owns,
+  and inductor writes the KV cache in place at the step's slots (its generated code stores each
+  new K/V row at its slot, no copy of the cache; checked on torch 2.13), so no block of a live
+  sequence is read or written. Padding rows of the engine's own graph steps share that block;
+  their results are discarded.
+- The forward context (`engine.forward_context`), grad and inference mode and the OpenMP thread
+  count are per thread: this thread sets, for each size, the thread count the engine will run that
+  size with (inductor bakes it into the graph and dynamo guards on it); the engine thread keeps
+  its own.
+- Only this thread compiles. The engine thread replays sizes already in use, whose guards pass,
+  so it never waits on dynamo's compile lock.
+- Dynamo restores the process's global RNG state when a compile ends
+  (`torch._dynamo.convert_frame.preserve_global_state`), which would make unseeded sampling replay
+  the draws made during the compile; this thread reseeds the global RNG right after each size
+  (only draws in the few milliseconds between the two can repeat).
+
+Tensor parallel ranks (`engine.parallel`) capture before the replica is ready, as before: a
+capture step's collectives would interleave with the engine's steps on the ranks' process group.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
-from tqdm import tqdm
 
 from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import Executor
@@ -15,26 +43,104 @@ from engine.executor import Executor
 logger = logging.getLogger(__name__)
 
 
-def capture_decode_graphs(
-    executor: Executor, graphs: DecodeGraphSpec, set_threads: Callable[[int], None]
-) -> None:
-    """Compile every decode graph of `graphs` before the first request, with a progress bar.
+class DecodeGraphCapture:
+    """The compilation of an engine's decode graphs, one size after another.
 
     Args:
         executor: the engine's executor, its KV cache allocated.
-        graphs: the batch sizes to capture.
-        set_threads: sets the CPU intra-op threads for a step of that many tokens, so each
-            graph is captured with the threads it will run with.
+        graphs: the batch sizes to compile.
+        set_threads: sets this thread's CPU intra-op threads for a step of that many tokens, so
+            each graph is compiled with the threads it will run with.
     """
-    torch._dynamo.config.recompile_limit = max(
-        torch._dynamo.config.recompile_limit, 2 * len(graphs.batch_sizes)
-    )
-    start = time.perf_counter()
-    for size in tqdm(graphs.batch_sizes, desc="capturing decode graphs", unit="graph"):
-        began = time.perf_counter()
-        set_threads(size)
-        executor.capture(size)
-        logger.info("decode graph of %d rows ready in %.1f s", size, time.perf_counter() - began)
-    logger.info(
-        "%d decode graphs ready in %.1f s", len(graphs.batch_sizes), time.perf_counter() - start
-    )
+
+    def __init__(
+        self, executor: Executor, graphs: DecodeGraphSpec, set_threads: Callable[[int], None]
+    ) -> None:
+        self._executor = executor
+        self._graphs = graphs
+        self._set_threads = set_threads
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Compile every size on this thread, putting each in use once compiled; a size that
+        fails to compile is logged and stays eager."""
+        torch._dynamo.config.recompile_limit = max(
+            torch._dynamo.config.recompile_limit, 2 * len(self._graphs.batch_sizes)
+        )
+        start = time.perf_counter()
+        try:
+            for size in self._graphs.batch_sizes:
+                began = time.perf_counter()
+                self._set_threads(size)
+                try:
+                    self._executor.capture(size)
+                except Exception:  # the replica serves on, that size eager; the log says why
+                    logger.exception("decode graph of %d rows failed to compile: eager", size)
+                    continue
+                finally:
+                    if self._thread is not None:
+                        torch.seed()  # dynamo rewound the RNG the engine draws from meanwhile
+                logger.info(
+                    "decode graph of %d rows in use after %.1f s (compiled in %.1f s)",
+                    size,
+                    time.perf_counter() - start,
+                    time.perf_counter() - began,
+                )
+            logger.info(
+                "%d of %d decode graphs in use after %.1f s",
+                len(self._executor.decode_graphs_in_use()),
+                len(self._graphs.batch_sizes),
+                time.perf_counter() - start,
+            )
+        finally:
+            self._done.set()
+
+    def start(self) -> None:
+        """Run `run` on a background (daemon) thread and return at once."""
+        self._thread = threading.Thread(target=self.run, name="decode-graph-capture", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until every size was tried (compiled or failed); False on timeout."""
+        return self._done.wait(timeout_s)
+
+
+def wait_for_decode_graphs(executor: Executor, sizes: Iterable[int], timeout_s: float) -> bool:
+    """Block until every size of `sizes` is in use (for benchmarks and tests that must measure
+    graph steps only); False if some still is not after `timeout_s`."""
+    want = frozenset(sizes)
+    deadline = time.monotonic() + timeout_s
+    while not want <= executor.decode_graphs_in_use():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def capture_decode_graphs(
+    executor: Executor, graphs: DecodeGraphSpec, set_threads: Callable[[int], None]
+) -> DecodeGraphCapture:
+    """Compile the decode graphs of `graphs`: in the background when the executor allows it
+    (`Executor.concurrent_capture`; returns at once, the engine serves eagerly meanwhile), else
+    here, before the engine serves.
+
+    Args:
+        executor: the engine's executor, its KV cache allocated.
+        graphs: the batch sizes to compile.
+        set_threads: sets the calling thread's CPU intra-op threads for a step of that many
+            tokens.
+
+    Returns:
+        The capture, to wait on (`DecodeGraphCapture.wait`).
+    """
+    capture = DecodeGraphCapture(executor, graphs, set_threads)
+    if executor.concurrent_capture:
+        logger.info(
+            "serving eagerly while %d decode graphs compile in the background",
+            len(graphs.batch_sizes),
+        )
+        capture.start()
+    else:
+        capture.run()
+    return capture

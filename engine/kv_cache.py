@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from transformers import PretrainedConfig
-
-if TYPE_CHECKING:
-    from engine.deepseek_v4.cache import HybridKVSpec
 
 logger = logging.getLogger(__name__)
 
@@ -122,25 +118,3 @@ class KVCacheSpec:
             f"{self.num_layers} layers x {self.num_kv_heads} kv heads x (K {self.k_head_dim} + "
             f"V {self.v_head_dim})"
         )
-
-
-AnyKVSpec = Union[KVCacheSpec, "HybridKVSpec"]
-"""A model's KV geometry: one kind, or DeepSeek-V4's hybrid kinds."""
-
-
-def allocate_kv_caches(
-    spec: AnyKVSpec, num_blocks: int, block_size: int, device: torch.device
-) -> list[Any]:
-    """Allocate per-layer caches of shape `[num_blocks * block_size, num_kv_heads, head_dim]`:
-    `(K, V)`, or for an MLA latent cache `(c_kv [slots, 1, kv_lora_rank], k_pe [slots, 1,
-    qk_rope_head_dim])`; a hybrid spec's own per-layer tuples (`HybridKVSpec.allocate`)."""
-    if spec.hybrid:
-        return spec.allocate(num_blocks, block_size, device)  # type: ignore[union-attr]
-    slots = num_blocks * block_size
-    return [
-        (
-            torch.zeros(slots, spec.num_kv_heads, spec.k_head_dim, dtype=spec.dtype, device=device),
-            torch.zeros(slots, spec.num_kv_heads, spec.v_head_dim, dtype=spec.dtype, device=device),
-        )
-        for _ in range(spec.num_layers)
-    ]

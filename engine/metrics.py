@@ -4,7 +4,7 @@ Names, types and meanings follow vLLM's `vllm/v1/metrics/loggers.py` (`vllm:num_
 `vllm:kv_cache_usage_perc`, `vllm:inter_token_latency_seconds`, ...), every series labelled
 `model_name` and `replica` (the Serve replica id; vLLM's `engine` label plays that part there), so
 that a dashboard's `sum by (le)` / `sum by (model_name)` adds the replicas of a model up. Each
-replica keeps its own registry and reports it to the router (`deployments.metrics_push`), which
+replica keeps its own registry and reports it to the router (`deployments.metrics.push`), which
 serves every replica's at `/metrics` (Ray's own exporter would prefix the names with `ray_`).
 
 Per generated token the engine thread does one histogram observation: the gap since the

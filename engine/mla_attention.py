@@ -13,7 +13,7 @@ back-end, `vllm/v1/attention/backends/mla/common.py`, for the split into weights
 2. decode tokens: op `mla_decode_attention` over each sequence's cached latent, scores
    `(q_latent . c_kv + q_pe . k_pe) * softmax_scale`; prefill chunks: the same attention as one
    padded SDPA batch over their gathered latent context (one 576-wide K head, `c_kv` as V,
-   causal masks from `engine.attention.AttentionMetadata`), cached prefix blocks included;
+   causal masks from `engine.attention_metadata.AttentionMetadata`), cached prefix blocks included;
 3. the latent outputs go through each head's `W_UV` (the `v` rows of `kv_b_proj`), then
    `o_proj`.
 
@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import AttentionMetadata, gather_context
+from engine.attention import gather_context
+from engine.attention_metadata import AttentionMetadata
 from engine.forward_context import current_forward_context
 from npu_ops.ops import active_ops
 

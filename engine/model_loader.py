@@ -15,7 +15,6 @@ randomly initialised).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,70 +27,17 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from engine.architectures import REFUSED_MODEL_TYPES, check_architecture
 from engine.attention import ATTENTION_NAME
+from engine.checkpoint_ref import SAFETENSORS_INDEX, CheckpointRef
 from engine.fused_layers import use_fused_layers
 from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
 from engine.spec_decode.mtp_model import load_mtp
-from engine.spec_decode.mtp_v4 import load_v4_mtp
+from engine.spec_decode.mtp_v4_weights import load_v4_mtp
 from npu_ops.cpu_kernels import INT4_INT8_GEMM, INT8_INT8_GEMM, Kernel, load, unavailable
 
 logger = logging.getLogger(__name__)
-
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-"""Index of a sharded safetensors checkpoint (`weight_map`: tensor name -> shard file)."""
-
-
-@dataclass(frozen=True)
-class CheckpointRef:
-    """Where a checkpoint's files are.
-
-    Attributes:
-        directory: the folder passed to `from_pretrained`.
-        gguf_file: file name inside `directory` for GGUF checkpoints, else None.
-    """
-
-    directory: Path
-    gguf_file: str | None
-
-    @classmethod
-    def from_path(cls, path: str | Path) -> CheckpointRef:
-        """Resolve a `.gguf` file or a checkpoint directory.
-
-        Raises:
-            ValueError: the path does not exist, or a directory lacks `config.json`.
-        """
-        p = Path(path).expanduser()
-        if not p.exists():
-            raise ValueError(f"checkpoint path {str(p)!r} does not exist")
-        if p.is_file():
-            if p.suffix != ".gguf":
-                raise ValueError(f"checkpoint file {str(p)!r} is not a .gguf file")
-            return cls(p.parent, p.name)
-        if not (p / "config.json").is_file():
-            raise ValueError(f"checkpoint directory {str(p)!r} has no config.json")
-        return cls(p, None)
-
-    def kwargs(self) -> dict[str, str]:
-        """Extra keyword arguments for transformers' `from_pretrained`."""
-        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
-
-    @property
-    def config_file(self) -> Path:
-        """The file the model config comes from (`config.json`, or the GGUF file)."""
-        return self.directory / (self.gguf_file or "config.json")
-
-    def weight_file(self, tensor: str) -> Path:
-        """The file holding `tensor`: its shard per the safetensors index, else the one file."""
-        if self.gguf_file:
-            return self.directory / self.gguf_file
-        index = self.directory / SAFETENSORS_INDEX
-        if index.is_file():
-            shard = read_json_object(index).get("weight_map", {}).get(tensor)
-            if shard:
-                return self.directory / shard
-        return self.directory / "model.safetensors"
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -210,7 +156,7 @@ def load_model(
     (`engine.fused_layers`); tensor-parallel ranks pass False and swap after sharding. With
     `mtp` the checkpoint's multi-token-prediction layer is loaded too, as `model.mtp`
     (`engine.spec_decode.mtp_model.load_mtp`; DeepSeek-V4's `mtp.0.*`:
-    `engine.spec_decode.mtp_v4.load_v4_mtp`), and gets the fused layers with the model.
+    `engine.spec_decode.mtp_v4_weights.load_v4_mtp`), and gets the fused layers with the model.
 
     Returns:
         The model in eval mode on `device`, with `config._attn_implementation` set to the

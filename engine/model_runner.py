@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.attention import AttentionMetadata
+from engine.attention_metadata import AttentionMetadata
 from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
 from engine.deepseek_v4.step_indices import HybridStep
 from engine.forward_context import ForwardContext, forward_context
@@ -54,6 +54,9 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.pad_block = kv_caches[0][0].shape[0] // block_size - 1 if kv_caches else 0
+        self.graphs_in_use: frozenset[int] = frozenset()
+        """Sizes whose graph is compiled (`capture`); replaced whole, so the engine thread reads
+        either the old or the new set while a capture thread adds to it."""
 
     def _metadata(
         self, step: StepInput, table_width: int | None = None
@@ -136,8 +139,8 @@ class ModelRunner:
     def execute(self, step: StepInput) -> torch.Tensor:
         """Prefill/decode every token of the step, write its KV, return logits of `step.rows`.
 
-        A decode step that fits a graph size replays that size's graph, padded; any other step
-        runs eager.
+        A decode step that fits a graph size replays that size's graph, padded, once it is
+        compiled (`capture`); any other step runs eager.
 
         Returns:
             `[len(step.rows), vocab_size]` float32 logits on the model's device.
@@ -161,7 +164,7 @@ class ModelRunner:
         size = None
         if self.graphs is not None and previous_hidden_states is None:
             size = self.graphs.bucket(step)
-        if size is None:
+        if size is None or size not in self.graphs_in_use:  # not yet compiled: eager
             return self._forward(step, graph=False, previous=previous_hidden_states)
         logits, hidden = self._forward(
             pad_decode_step(step, size, self.pad_block), graph=True, previous=None
@@ -169,10 +172,13 @@ class ModelRunner:
         return logits, hidden[: len(step.token_ids)]
 
     def capture(self, size: int) -> None:
-        """Compile (or load from the compile cache) the decode graph of `size` rows.
+        """Compile (or load from the compile cache) the decode graph of `size` rows, then put it
+        in use: decode steps of that size replay it from the next step on.
 
         One step of padding rows runs eager first (it checks the inputs and loads the kernels
-        the graph calls), then the same step through the graph, which compiles it.
+        the graph calls), then the same step through the graph, which compiles it. Both write
+        the padding block only, so a capture may run on another thread while steps execute
+        (`engine.graph_capture`).
 
         Raises:
             ValueError: the runner has no graphs, or `size` is not one of their sizes.
@@ -183,6 +189,7 @@ class ModelRunner:
         padding = pad_decode_step(empty, size, self.pad_block)
         self._forward(padding, graph=False, previous=None)
         self._forward(padding, graph=True, previous=None)
+        self.graphs_in_use = self.graphs_in_use | {size}
 
     @torch.inference_mode()
     def _forward(

@@ -29,6 +29,8 @@ class StepInput:
             sequence of the step has one.
         sliding_tables: per sequence, its sliding-window block ids (-1: released) for a
             hybrid KV cache (`engine.hybrid_block_manager`); empty for other models.
+        return_hidden: also return every token's final hidden state
+            (`engine.step_result.StepResult.hidden`; the MTP drafter reads them).
     """
 
     token_ids: list[int]
@@ -39,10 +41,14 @@ class StepInput:
     prompt_lens: list[int]
     lora_ids: tuple[int | None, ...] = ()
     sliding_tables: tuple[tuple[int, ...], ...] = ()
+    return_hidden: bool = False
 
     @classmethod
-    def from_schedule(cls, batch: SchedulerOutput, rows: list[int]) -> StepInput:
-        """Extract the step's data from scheduled sequences."""
+    def from_schedule(
+        cls, batch: SchedulerOutput, rows: list[int], return_hidden: bool = False
+    ) -> StepInput:
+        """Extract the step's data from scheduled sequences (`rows`, `return_hidden`: see the
+        attributes)."""
         token_ids: list[int] = []
         lora_ids = tuple(s.seq.lora_id for s in batch.scheduled)
         for s in batch.scheduled:
@@ -61,4 +67,5 @@ class StepInput:
             sliding_tables=tuple(
                 tuple(s.seq.sliding_table) for s in batch.scheduled if s.seq.sliding_table
             ),
+            return_hidden=return_hidden,
         )

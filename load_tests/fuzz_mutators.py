@@ -4,112 +4,39 @@ A mutator takes a seeded `random.Random` (see `fuzz_requests.mutation_rng`), a b
 may change in place) and the endpoint, and returns the new body: a dict, or final `bytes` when
 the body cannot be built as a Python object first (nesting deeper than `json` recurses, `NaN`
 literals, malformed JSON, raw lone surrogates). `MUTATORS` lists each family with its weight
-and the endpoints it applies to.
+and the endpoints it applies to. The chat-only families live in `fuzz_chat_mutators`, the
+building blocks in `fuzz_bodies`.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import random
-from collections.abc import Callable
 from typing import Any
 
-from configs.request_limits import RequestLimits
-from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-
-Body = dict[str, Any]
-Mutator = Callable[[random.Random, Body, str], "Body | bytes"]
-JsonPath = tuple["str | int", ...]
-
-LIMITS = RequestLimits()
-_RAW = "\x00fuzz-raw\x00"
-FIELDS = {
-    "chat": sorted(ChatCompletionRequest.model_fields),
-    "completions": sorted(CompletionRequest.model_fields),
-}
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
-CALL = {
-    "id": "call_1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-}
-
-
-# ---- helpers --------------------------------------------------------------------------------
-
-
-def value_paths(body: Any, max_depth: int = 6) -> list[JsonPath]:
-    """Paths of every value inside `body` (not the root), breadth first, to `max_depth`."""
-    out: list[JsonPath] = []
-    frontier: list[tuple[JsonPath, Any]] = [((), body)]
-    for _ in range(max_depth):
-        nxt: list[tuple[JsonPath, Any]] = []
-        for path, node in frontier:
-            if not isinstance(node, (dict, list)):
-                continue
-            for key, child in node.items() if isinstance(node, dict) else enumerate(node):
-                out.append((*path, key))
-                nxt.append(((*path, key), child))
-        frontier = nxt
-    return out
-
-
-def set_at(body: Body, path: JsonPath, value: Any) -> None:
-    """Set the value at `path` (the last key is created in a dict); where an earlier mutation
-    changed the shape so that `path` no longer leads anywhere, set the top-level `path[0]`."""
-    node: Any = body
-    try:
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-    except (KeyError, IndexError, TypeError):
-        body[str(path[0])] = value
-
-
-def get_at(body: Any, path: JsonPath) -> Any:
-    """The value at `path`."""
-    for key in path:
-        body = body[key]
-    return body
-
-
-def with_raw(body: Body, path: JsonPath, raw: str) -> bytes:
-    """`body` serialized with the JSON text `raw` spliced in at `path` (any text, even invalid
-    JSON or thousands of nesting levels)."""
-    set_at(body, path, _RAW)
-    return json.dumps(body).replace(json.dumps(_RAW), raw, 1).encode("utf-8", "surrogatepass")
-
-
-def _kind(value: Any) -> str:
-    return "none" if value is None else type(value).__name__
-
-
-def _pick(rng: random.Random, options: list[Any]) -> Any:
-    """A copy of one option (a later mutator may change it in place)."""
-    return copy.deepcopy(rng.choice(options))
-
-
-def _coin(rng: random.Random) -> bool:
-    return rng.random() < 0.5
-
-
-def _field_path(rng: random.Random, body: Body, endpoint: str) -> JsonPath:
-    """A nested value of the body, or a known top-level field (present or not)."""
-    paths = value_paths(body)
-    if paths and _coin(rng):
-        return _pick(rng, paths)
-    return (_pick(rng, FIELDS[endpoint]),)
-
-
-# ---- families -------------------------------------------------------------------------------
+from load_tests.fuzz_bodies import (
+    FIELDS,
+    LIMITS,
+    TOOL,
+    Body,
+    JsonPath,
+    Mutator,
+    field_path,
+    get_at,
+    json_kind,
+    pick,
+    set_at,
+    value_paths,
+    with_raw,
+)
+from load_tests.fuzz_chat_mutators import (
+    mutate_bad_content_part,
+    mutate_bad_role,
+    mutate_malformed_history,
+    mutate_malformed_response_format,
+    mutate_malformed_tool_choice,
+    mutate_malformed_tools,
+)
 
 WRONG_VALUES: dict[str, list[Any]] = {
     "str": [{"k": "v"}, [1, "a"], 1.5, True, -1, [], {}],
@@ -125,12 +52,12 @@ WRONG_VALUES: dict[str, list[Any]] = {
 
 def mutate_wrong_type(rng: random.Random, body: Body, endpoint: str) -> Body:
     """Any field (top level or nested) gets a value of another JSON type."""
-    path = _field_path(rng, body, endpoint)
+    path = field_path(rng, body, endpoint)
     try:
         current = get_at(body, path)
     except (KeyError, IndexError, TypeError):
         current = None
-    set_at(body, path, _pick(rng, WRONG_VALUES[_kind(current)]))
+    set_at(body, path, pick(rng, WRONG_VALUES[json_kind(current)]))
     return body
 
 
@@ -160,17 +87,17 @@ _RAW_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "-0", "1e1", 
 
 def mutate_out_of_range(rng: random.Random, body: Body, endpoint: str) -> Body | bytes:
     """A number out of its range, a float where an int goes, or a non-finite literal."""
-    field = _pick(rng, [f for f in OUT_OF_RANGE if f in FIELDS[endpoint]])
+    field = pick(rng, [f for f in OUT_OF_RANGE if f in FIELDS[endpoint]])
     if rng.randint(0, 3) == 0:
-        return with_raw(body, (field,), _pick(rng, _RAW_NUMBERS))
-    body[field] = _pick(rng, OUT_OF_RANGE[field])
+        return with_raw(body, (field,), pick(rng, _RAW_NUMBERS))
+    body[field] = pick(rng, OUT_OF_RANGE[field])
     return body
 
 
 def mutate_missing_required(rng: random.Random, body: Body, endpoint: str) -> Body:
     """`messages` / `prompt` missing, null or empty, or a message or part missing a key."""
     if endpoint == "completions":
-        variant = _pick(rng, ["drop", "drop", None, [[]], [None], {"text": "hi"}, [], ""])
+        variant = pick(rng, ["drop", "drop", None, [[]], [None], {"text": "hi"}, [], ""])
         if variant == "drop":
             body.pop("prompt", None)
         else:
@@ -221,13 +148,13 @@ def mutate_hostile_strings(rng: random.Random, body: Body, endpoint: str) -> Bod
     """A string field (or key) becomes NUL, lone surrogates, RTL/zero-width text, template
     syntax, special tokens or a very long string; sometimes sent as raw invalid UTF-8."""
     if rng.randint(0, 4) == 0:
-        text = long_string(_pick(rng, [40_000, 100_000, 400_000]))
+        text = long_string(pick(rng, [40_000, 100_000, 400_000]))
     else:
-        text = _pick(rng, HOSTILE)
+        text = pick(rng, HOSTILE)
     paths = _string_paths(body) + [("user",), ("model",), ("stop",)]
     if endpoint == "chat":
         paths += [("messages", 0, "content"), ("messages", 0, "name")]
-    path = _pick(rng, paths)
+    path = pick(rng, paths)
     where = rng.randint(0, 5)
     if where == 0:  # as an unknown key
         body[text] = text
@@ -249,8 +176,8 @@ def nested(depth: int, opener: str, closed: bool = True) -> str:
 
 def mutate_deep_nesting(rng: random.Random, body: Body, endpoint: str) -> bytes:
     """A value (or the whole body) nested 65..5000 levels deep, sometimes unbalanced."""
-    depth = _pick(rng, [65, 100, 500, 990, 1000, 2000, 5000])
-    text = nested(depth, _pick(rng, ["[", "{"]), closed=rng.randint(0, 5) > 0)
+    depth = pick(rng, [65, 100, 500, 990, 1000, 2000, 5000])
+    text = nested(depth, pick(rng, ["[", "{"]), closed=rng.randint(0, 5) > 0)
     spots = [
         ("user",),
         ("x_unknown",),
@@ -260,18 +187,18 @@ def mutate_deep_nesting(rng: random.Random, body: Body, endpoint: str) -> bytes:
     ]
     if rng.randint(0, 6) == 0:
         return text.encode()
-    return with_raw(body, _pick(rng, spots), text)
+    return with_raw(body, pick(rng, spots), text)
 
 
 def mutate_huge_sizes(rng: random.Random, body: Body, endpoint: str) -> Body:
     """Many messages/tools/prompts/stops, a big JSON Schema, or a body over the size limit."""
-    variant = _pick(
+    variant = pick(
         rng,
         ["messages", "tools", "schema", "rf_schema", "body", "stops", "prompts"]
         if endpoint == "chat"
         else ["body", "stops", "prompts"],
     )
-    extra = _pick(rng, [0, 1, 2, 300])
+    extra = pick(rng, [0, 1, 2, 300])
     if variant == "messages":
         body["messages"] = [{"role": "user", "content": "hi"}] * (LIMITS.max_messages + extra)
     elif variant == "tools":
@@ -288,7 +215,7 @@ def mutate_huge_sizes(rng: random.Random, body: Body, endpoint: str) -> Body:
         else:
             body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
     elif variant == "body":
-        size = LIMITS.max_body_bytes + _pick(rng, [-1024, 1, 4096])
+        size = LIMITS.max_body_bytes + pick(rng, [-1024, 1, 4096])
         key = "messages" if endpoint == "chat" else "prompt"
         pad = "x" * size
         body[key] = [{"role": "user", "content": pad}] if endpoint == "chat" else pad
@@ -306,36 +233,6 @@ def mutate_huge_sizes(rng: random.Random, body: Body, endpoint: str) -> Body:
 
 
 # fmt: off
-BAD_SCHEMAS: list[Any] = [
-    {"type": "bogus"}, {"type": "object", "properties": []}, {"required": "a"},
-    {"minimum": "x"}, {"type": ["object", 1]}, {"properties": {"a": {"type": "nope"}}},
-    {"$ref": "#/$defs/missing"}, {"type": "string", "pattern": "(unclosed"},
-    {"type": "integer", "minimum": 5, "maximum": 1}, {"enum": []}, {"not": {}},
-    {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-     "properties": {"a": {"$ref": "#"}}},
-]
-TOOL_CHOICES: list[Any] = [
-    "any", "None", "REQUIRED", "", "function", 1, [], True,
-    {"type": "function", "function": {"name": "not_a_tool"}},
-    {"type": "function", "function": {"name": "get_weather"}},
-    {"type": "function"}, {"type": "function", "function": {}},
-    {"type": "function", "function": {"name": ""}}, {"type": "tool"},
-    {"function": {"name": "get_weather"}}, {"type": "function", "function": "get_weather"},
-]
-RESPONSE_FORMATS: list[Any] = [
-    {"type": "json_schema", "json_schema": True}, -1, 1.5, "x", [None], {"type": "bogus"},
-    {}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {}},
-    {"type": "json_schema", "json_schema": {"schema": []}}, {"type": None}, {"type": ["text"]},
-    {"type": "json_schema", "json_schema": {"name": 1, "schema": {}}}, {"type": "JSON_OBJECT"},
-    {"type": "json_schema", "json_schema": {"schema": {"type": "object"}, "strict": "yes"}},
-    {"type": "json_object", "json_schema": {"schema": {"type": "bogus"}}},
-]
-CONTENT_PARTS: list[Any] = [
-    {"type": "video"}, {"type": "text"}, {"type": "text", "text": 1}, {}, "text",
-    {"type": None}, {"type": "TEXT", "text": "hi"}, {"type": ["text"], "text": "hi"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-    {"type": "input_audio"}, {"type": "file", "file": {}}, {"type": "refusal", "refusal": "x"},
-]
 EXTRA_FIELDS: list[tuple[str, Any]] = [
     ("foo", 1), ("x-unknown", {"nested": [1, 2]}), ("", None), ("functions", [TOOL]),
     ("guided_json", {"type": "bogus"}), ("metadata", {"k": "v"}), ("store", True),
@@ -344,124 +241,11 @@ EXTRA_FIELDS: list[tuple[str, Any]] = [
 # fmt: on
 
 
-def mutate_malformed_tools(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """`tools` not a list, entries without `function`/`name`, non-object or invalid schemas."""
-    tool = copy.deepcopy(TOOL)
-    fn = tool["function"]
-    variant = rng.randint(0, 9)
-    if variant == 0:
-        body["tools"] = _pick(rng, [{}, "x", 1, True, TOOL])
-        return body
-    if variant == 1:
-        tool = _pick(rng, [None, "get_weather", 1, [], [TOOL]])
-    elif variant == 2:
-        del tool["function"]
-    elif variant == 3:
-        if _coin(rng):
-            del fn["name"]
-        else:
-            fn["name"] = _pick(rng, ["", 1, None, []])
-    elif variant == 4:
-        fn["parameters"] = _pick(rng, [[], "x", 1, True, [{"type": "object"}]])
-    elif variant in (5, 6):
-        fn["parameters"] = _pick(rng, BAD_SCHEMAS)
-    elif variant == 7:
-        tool["type"] = _pick(rng, ["code_interpreter", None, 1, "", "Function"])
-    elif variant == 8:
-        tool["function"] = _pick(rng, ["get_weather", [], 1])
-    else:  # duplicate names (valid) with a forced call
-        body["tool_choice"] = {"type": "function", "function": {"name": "get_weather"}}
-        body["tools"] = [tool, copy.deepcopy(TOOL)]
-        return body
-    body["tools"] = [tool]
-    if _coin(rng):
-        body["tool_choice"] = "required"
-    return body
-
-
-def mutate_malformed_tool_choice(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """Unknown strings, a named function not among the tools, `required` without tools."""
-    with_tools = _coin(rng)
-    body.pop("tools", None)
-    if with_tools:
-        body["tools"] = [copy.deepcopy(TOOL)]
-    choices = [*TOOL_CHOICES, None if with_tools else "required"]
-    body["tool_choice"] = _pick(rng, choices)
-    return body
-
-
-def mutate_malformed_response_format(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """Bad `response_format` shapes, or a json_schema whose schema is broken or unsatisfiable."""
-    if rng.randint(0, 3) == 0:
-        schema = _pick(rng, BAD_SCHEMAS)
-        body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-    else:
-        body["response_format"] = _pick(rng, RESPONSE_FORMATS)
-    return body
-
-
-def mutate_malformed_history(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """Assistant tool calls with bad ids or arguments, unanswered or unknown tool results."""
-    call = copy.deepcopy(CALL)
-    answer: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
-    msgs: list[Any] = [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        answer,
-    ]
-    variant = rng.randint(0, 10)
-    if variant == 0:
-        call["id"] = _pick(rng, ["", 1, None, [], "\x00"])
-    elif variant == 1:
-        del call["id"]
-    elif variant == 2:
-        call["function"]["arguments"] = _pick(
-            rng, ["{not json", "{'a': 1}", "[1, 2]", "1", "null", "true", '"s"', "{}}"]
-        )
-    elif variant == 3:
-        call["function"]["arguments"] = _pick(rng, [[1], 1, True, None])
-    elif variant == 4:
-        del answer["tool_call_id"]
-    elif variant == 5:
-        answer["tool_call_id"] = _pick(rng, ["call_999", "", 1])
-    elif variant == 6:
-        msgs[2] = {"role": "user", "content": "and?"}  # dangling call
-    elif variant == 7:
-        msgs[1]["tool_calls"] = _pick(rng, [{}, "x", [None], [1]])
-    elif variant == 8:
-        if _coin(rng):
-            del call["function"]["name"]
-        else:
-            call["function"] = "get_weather"
-    elif variant == 9:
-        msgs[0]["tool_calls"] = [call]  # tool calls on a user turn
-    else:
-        msgs.insert(0, answer)  # a tool result before any call
-    body["messages"] = msgs
-    if _coin(rng):
-        body["tools"] = [copy.deepcopy(TOOL)]
-    return body
-
-
-def mutate_bad_role(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """A message role that is unknown, of the wrong type or differently spelled."""
-    roles = ["admin", "", "USER", 1, None, ["user"], "ipython", "\u202euser", "user ", "model"]
-    body["messages"] = [{"role": _pick(rng, roles), "content": "Hi"}]
-    return body
-
-
-def mutate_bad_content_part(rng: random.Random, body: Body, endpoint: str) -> Body:
-    """Content parts of unknown type, missing or mistyped fields, or unsupported media."""
-    part = _pick(rng, CONTENT_PARTS)
-    body["messages"] = [{"role": "user", "content": _pick(rng, [[part], [part, part], part])}]
-    return body
-
-
 def mutate_invalid_json(rng: random.Random, body: Body, endpoint: str) -> bytes:
     """Not a JSON object: empty, truncated, trailing garbage, bad bytes, another JSON type."""
     text = json.dumps(body)
     # fmt: off
-    return _pick(rng, [
+    return pick(rng, [
         b"", b"{", b"}", text[: len(text) // 2].encode(), (text + "}").encode(),
         (text + " x").encode(), b"\xff\xfe\xfd", b"null", b"[]", b'"string"', b"1", b"true",
         text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode(), text.replace('"', "'").encode(),
@@ -472,7 +256,7 @@ def mutate_invalid_json(rng: random.Random, body: Body, endpoint: str) -> bytes:
 
 def mutate_extra_fields(rng: random.Random, body: Body, endpoint: str) -> Body:
     """Unknown fields at the top level or inside messages/tools (ignored: still valid)."""
-    key, value = _pick(rng, EXTRA_FIELDS)
+    key, value = pick(rng, EXTRA_FIELDS)
     targets = [body]
     for field in ("messages", "tools"):
         items = body.get(field)

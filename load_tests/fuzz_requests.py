@@ -34,7 +34,8 @@ from deployments.protocol.errors import OpenAIError
 from deployments.protocol.limits import parse_body
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request
-from load_tests.fuzz_mutators import MUTATORS, Mutator, mutate_extra_fields
+from load_tests.fuzz_bodies import Mutator
+from load_tests.fuzz_mutators import MUTATORS, mutate_extra_fields
 
 Endpoint = Literal["chat", "completions"]
 

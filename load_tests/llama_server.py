@@ -1,7 +1,7 @@
 """Peer: llama.cpp's `llama-server` on the same SmolLM2 GGUF, for `load_tests.compare`.
 
 The binary is built outside the repository from the llama.cpp sources vendored in the
-`llama-cpp-python` sdist (see the load-tests README section); by default it is looked up under
+`llama-cpp-python` sdist (see docs/load-tests.md); by default it is looked up under
 `/tmp/llamacpp/*/vendor/llama.cpp/build/bin/llama-server`.
 
 `python -m load_tests.llama_server --parallel 4` serves on http://127.0.0.1:8090/v1 until
@@ -33,7 +33,7 @@ def find_binary(explicit: str | None = None) -> Path:
     """The llama-server binary: `explicit`, else the first match of `BINARY_GLOB`.
 
     Raises:
-        ValueError: no executable found (build it first, see the README section).
+        ValueError: no executable found (build it first, see docs/load-tests.md).
     """
     candidates = [explicit] if explicit else sorted(glob.glob(BINARY_GLOB))
     for c in candidates:

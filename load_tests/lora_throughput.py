@@ -5,7 +5,7 @@ One in-process `LLMEngine` on SmolLM2-135M with the serving engine settings of `
 step), except that it runs eager (steps with a LoRA request always do, so the base mix is
 measured eager too) and without prefix caching (every prompt is distinct anyway). Its
 `engine.lora` serves 8 random rank-8 adapters on every decoder linear (`make-tiny-lora`'s
-default, written by `engine.lora.tiny_adapters` into a temporary folder).
+default, written by `fixtures.tiny_adapters` into a temporary folder).
 
 Per mix, `concurrency` requests are in flight at a time, refilled as they finish, until
 `concurrency * rounds` have run; request `i` runs under adapter `i % n` (round-robin; n = 0:
@@ -38,8 +38,8 @@ from configs.engine_config import EngineConfig
 from configs.lora_config import LoraConfig
 from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
-from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
 from engine.sampling_params import SamplingParams
+from fixtures.tiny_adapters import TinyLoraSpec, make_tiny_loras
 from load_tests.offline_result import OfflineResult
 from load_tests.report import ratio
 from load_tests.results import RESULTS_DIR, new_document, result_path

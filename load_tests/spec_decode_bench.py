@@ -47,6 +47,7 @@ import torch
 
 from configs.engine_config import EngineConfig
 from configs.model_source import ModelSource
+from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from load_tests.report import ratio
@@ -116,7 +117,9 @@ class Modes:
 
 def chat_prompt(checkpoint: str, message: str) -> list[int]:
     """`message` as one user turn, templated and tokenised as the model server does."""
-    from deployments.tokenizer import load_tokenizer  # the bench's only use of deployments
+    from deployments.prompting.tokenizer import (
+        load_tokenizer,  # the bench's only use of deployments
+    )
 
     tokenizer = load_tokenizer(checkpoint)
     ids = tokenizer.apply_chat_template(
@@ -218,6 +221,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = {name: chat_prompt(checkpoint, WORKLOADS[name]) for name in args.workloads}
     fields = engine_fields(args)
     engine = LLMEngine(checkpoint, EngineConfig(**fields))
+    if args.graphs:  # they compile in the background: measure graph steps only
+        assert wait_for_decode_graphs(engine.executor, args.graph_sizes, 3600)
     try:
         rows = measure(Modes(engine), prompts, args.output_len, args.repeats)
     finally:

@@ -46,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import engine.llm_engine as llm_engine_module
 from configs.engine_config import EngineConfig
 from configs.model_source import ModelSource
+from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
 from engine.model_runner import ModelRunner
 from engine.sampling_params import SamplingParams
@@ -194,6 +195,8 @@ class Bench:
             compile_cache_dir=args.cache_dir,
         )
         self.engine = LLMEngine(path, config)
+        if args.graphs:  # they compile in the background: profile graph steps only
+            assert wait_for_decode_graphs(self.engine.executor, args.batch_sizes, 3600)
         self.args = args
         self._ids = 0
 

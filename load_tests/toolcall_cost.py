@@ -21,10 +21,10 @@ import torch
 
 from configs.engine_config import EngineConfig
 from configs.model_source import ModelSource
+from deployments.prompting.structured_output import GrammarFactory, tool_choice_schema
+from deployments.prompting.tokenizer import load_tokenizer
 from deployments.protocol.tools import ToolChoice, ToolDefinition
-from deployments.structured_output import GrammarFactory, tool_choice_schema
-from deployments.tokenizer import load_tokenizer
-from deployments.tool_output import ToolSetup
+from deployments.streaming.tool_output import ToolSetup
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 

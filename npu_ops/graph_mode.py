@@ -15,9 +15,10 @@ module and no graph ever recompiles while serving. Per platform:
   naming it.
 
 Compilation happens on the first call of each size; the engine makes that call itself, for every
-size, before the replica reports ready. Inductor keeps compiled graphs in its on-disk FX-graph
-and AOTAutograd caches (`TORCHINDUCTOR_CACHE_DIR`, default `/tmp/torchinductor_<user>`), so a
-restarted or replacement replica on the same host re-traces but does not recompile.
+size, on a background thread while it serves eagerly (`engine.graph_capture`). Inductor keeps
+compiled graphs in its on-disk FX-graph and AOTAutograd caches (`TORCHINDUCTOR_CACHE_DIR`, default
+`/tmp/torchinductor_<user>`), so a restarted or replacement replica on the same host re-traces but
+does not recompile.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ray.serve.handle import DeploymentHandle
 
 from configs.envs import api_keys_from_env, log_level
 from configs.model_config import RouterAppConfig
-from deployments.metrics_board import MetricsBoard
+from deployments.metrics.board import MetricsBoard
 from deployments.server import ModelServer
 from router import APP_NAME
 from router.ingress import Router
@@ -32,7 +32,7 @@ def build_app(args: dict[str, Any]) -> Application:
     Validating the config also checks the routing policy against the models' capabilities, so
     a bad policy fails here, before anything starts, with an error naming the rule or alias.
     Besides the router and one `ModelServer` deployment per model, the application runs the
-    metrics board its model replicas report to (`deployments.metrics_board`) and, when a model
+    metrics board its model replicas report to (`deployments.metrics.board`) and, when a model
     allows runtime LoRA loading, the registry of runtime adapters (`router.lora_registry`).
 
     Args:

@@ -25,17 +25,20 @@ from deployments.protocol.errors import (
     ErrorResponse,
     internal_error,
 )
-from deployments.protocol.preprocess import PREPROCESS_HEADER, PreprocessPlan, PreprocessReport
+from deployments.protocol.preprocess_plan import PREPROCESS_HEADER, PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
+from router.call_failures import CallFailed
 from router.http_errors import saturated_error, unavailable_error
 from router.metrics import RouterMetrics
-from router.model_pool import CallFailed, ModelPool, ModelStream
+from router.model_caller import ModelCaller
+from router.model_catalog import ModelCatalog
+from router.model_stream import ModelStream
 from router.policy import Decision
 
 Delivery = Literal["unary", "chunks", "sse"]
 """How a model's answer comes back: one response, typed stream chunks, or relayed SSE bytes."""
 
-Prepare = Callable[[str, bool], tuple[BaseModel, PreprocessPlan | None]]
+RequestFor = Callable[[str, bool], tuple[BaseModel, PreprocessPlan | None]]
 """(model, fit_context) -> the request to send that model and the replica's preprocessing plan;
 `fit_context`: no later candidate has a longer context, so truncation may fit this one's."""
 
@@ -101,20 +104,20 @@ def _pass_reason(answer: BaseModel, last: bool) -> str | None:
     return None
 
 
-def _longest_left(pool: ModelPool, candidates: tuple[str, ...]) -> bool:
+def _longest_left(catalog: ModelCatalog, candidates: tuple[str, ...]) -> bool:
     """Whether no later candidate has a longer context than the first (an unknown context
     counts as the longest)."""
-    first = pool.context_length(candidates[0])
+    first = catalog.context_length(candidates[0])
     if first is None:
         return True
-    return all((pool.context_length(m) or first + 1) <= first for m in candidates[1:])
+    return all((catalog.context_length(m) or first + 1) <= first for m in candidates[1:])
 
 
 async def dispatch(
-    pool: ModelPool,
+    caller: ModelCaller,
     decision: Decision,
     method: str,
-    prepare: Prepare,
+    request_for: RequestFor,
     delivery: Delivery,
     retry_after_s: int,
     metrics: RouterMetrics,
@@ -122,10 +125,10 @@ async def dispatch(
     """Send a request to the first candidate that answers.
 
     Args:
-        pool: The models.
+        caller: Calls the models.
         decision: The policy's decision (candidates in order).
         method: `chat` or `completions`.
-        prepare: The request (and preprocessing plan) to send each candidate.
+        request_for: The request (and preprocessing plan) to send each candidate.
         delivery: `unary` (one response), `chunks` (a stream of typed chunks) or `sse` (a
             stream whose items after the first are SSE bytes, for HTTP callers).
         retry_after_s: `Retry-After` seconds when every candidate is saturated.
@@ -139,12 +142,13 @@ async def dispatch(
     saturated = False
     for index, model in enumerate(decision.candidates):
         last = index == len(decision.candidates) - 1
-        request, plan = prepare(model, _longest_left(pool, decision.candidates[index:]))
+        fit_context = _longest_left(caller.catalog, decision.candidates[index:])
+        request, plan = request_for(model, fit_context)
         try:
             result: BaseModel | ModelStream = await (
-                pool.unary(model, method, request, plan)
+                caller.unary(model, method, request, plan)
                 if delivery == "unary"
-                else pool.stream(model, method, request, delivery == "sse", plan)
+                else caller.stream(model, method, request, delivery == "sse", plan)
             )
         except CallFailed as exc:
             if exc.kind == "failed":
@@ -164,7 +168,7 @@ async def dispatch(
             assert isinstance(answer, ErrorResponse)
             reason, detail = passed, f"{model}: {answer.error.message}"
             if passed == "down":
-                pool.health.mark_down(pool.base(model), answer.error.message[:300])
+                caller.health.mark_down(caller.catalog.base(model), answer.error.message[:300])
         metrics.fallbacks.labels(model, reason).inc()
         tried.append(model)
         failures.append(detail)

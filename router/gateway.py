@@ -17,7 +17,7 @@ from ray.serve.handle import DeploymentHandle
 from configs.model_config import RouterAppConfig
 from configs.policy_config import AUTO_ALIAS
 from deployments.protocol.errors import ErrorResponse, OpenAIError
-from deployments.protocol.preprocess import PreprocessPlan, PreprocessReport
+from deployments.protocol.preprocess_plan import PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
@@ -27,7 +27,8 @@ from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.lora_admin import LoraAdmin
 from router.metrics import RouterMetrics
-from router.model_pool import ModelPool
+from router.model_caller import ModelCaller
+from router.model_catalog import ModelCatalog
 from router.policy import (
     Decision,
     NoHealthyModel,
@@ -36,7 +37,7 @@ from router.policy import (
     decide,
     extract_features,
 )
-from router.preprocess import preprocess
+from router.prompt_rules import apply_prompt_rules
 from router.rate_limit import RateLimiter
 
 logger = logging.getLogger(__name__)
@@ -62,10 +63,21 @@ class Gateway:
     ) -> None:
         self.config = config
         self.policy = config.routing_policy()
-        self.pool = ModelPool(config, handles)
+        self.catalog = ModelCatalog(config)
+        self.caller = ModelCaller(config, handles, self.catalog)
         self.metrics = RouterMetrics()
         self.limiter = RateLimiter(config.rate_limits)
-        self.lora = LoraAdmin(config, self.pool, lora_registry, self.policy.alias_names())
+        self.lora_registry = lora_registry
+        aliases = self.policy.alias_names()
+        self.lora = LoraAdmin(config, self.catalog, handles, lora_registry, aliases)
+
+    async def start(self) -> None:
+        """Start following the deployments' state and, if there is one, the registry of runtime
+        LoRA adapters; probe the models whose context length only their replica knows."""
+        await self.caller.start()
+        if self.lora_registry is not None:
+            poll_s = self.config.deployment_status_poll_s
+            self.catalog.adapters.follow(self.lora_registry, poll_s)
 
     async def route(
         self,
@@ -98,18 +110,18 @@ class Gateway:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
             return policy_error(exc).response()
-        alias = None if self.pool.serves(features.model or "") else features.model or AUTO_ALIAS
+        alias = None if self.catalog.serves(features.model or "") else features.model or AUTO_ALIAS
         rules = self.config.preprocessing
 
-        def prepare(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:
-            resolved = rules.resolve(alias, self.pool.base(model), features.tenant)
-            return preprocess(req, resolved, fit_context)
+        def request_for(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:
+            resolved = rules.resolve(alias, self.catalog.base(model), features.tenant)
+            return apply_prompt_rules(req, resolved, fit_context)
 
         routed = await dispatch(
-            self.pool,
+            self.caller,
             decision,
             method,
-            prepare,
+            request_for,
             ("sse" if sse else "chunks") if wants_stream(req) else "unary",
             self.config.retry_after_s,
             self.metrics,
@@ -144,16 +156,17 @@ class Gateway:
     def _decide(self, features: RequestFeatures) -> Decision:
         """The policy's decision among serving models; if none serves, among those still
         starting too (the call then waits for a replica)."""
-        caps = self.pool.capabilities
+        caps = self.catalog.capabilities
         try:
-            return decide(features, caps, self.pool.states(starting_ok=False), self.policy)
+            return decide(features, caps, self.caller.states(starting_ok=False), self.policy)
         except NoHealthyModel:
-            if not self.pool.starting():
+            if not self.caller.starting():
                 raise
-            return decide(features, caps, self.pool.states(starting_ok=True), self.policy)
+            return decide(features, caps, self.caller.states(starting_ok=True), self.policy)
 
     def _names(self) -> list[str]:
-        return [*self.pool.handles, *self.pool.adapters.bases(), *self.policy.alias_names()]
+        adapters = self.catalog.adapters.bases()
+        return [*self.catalog.configs, *adapters, *self.policy.alias_names()]
 
     def model_list(self, created: int) -> ModelList:
         """The served model ids (with their context length once known), then the LoRA adapters
@@ -166,7 +179,7 @@ class Gateway:
         Raises:
             OpenAIError: 404 `model_not_found` for any other id.
         """
-        if not self.pool.serves(model) and self.policy.alias_models(model) is None:
+        if not self.catalog.serves(model) and self.policy.alias_models(model) is None:
             names = self._names()
             raise OpenAIError(
                 f"model {model!r} does not exist: the models are {names}",
@@ -177,14 +190,14 @@ class Gateway:
         return self._card(model, created)
 
     def _card(self, name: str, created: int) -> ModelCard:
-        spec = self.pool.adapters.spec(name)
+        spec = self.catalog.adapters.spec(name)
         if spec is not None:
-            base = self.pool.base(name)
-            length = self.pool.context_length(base)
+            base = self.catalog.base(name)
+            length = self.catalog.context_length(base)
             return ModelCard(
                 id=name, created=created, root=spec.path, parent=base, max_model_len=length
             )
-        config = self.pool.configs.get(name)
+        config = self.catalog.configs.get(name)
         if config is None:  # an alias
             return ModelCard(id=name, created=created)
         source = config.source
@@ -192,5 +205,5 @@ class Gateway:
             id=name,
             created=created,
             root=source.path or f"package:{source.package}",
-            max_model_len=self.pool.context_length(name),
+            max_model_len=self.catalog.context_length(name),
         )

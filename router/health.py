@@ -2,7 +2,7 @@
 
 A call that fails or times out marks its model down; the policy then skips it (`ModelState`
 `healthy=False`). While down, the model is probed every `cooldown_s` seconds with a call that
-has its own timeout (`ModelPool.probe`: the deployment's `info`); the first probe that succeeds
+has its own timeout (`ModelCaller.probe`: the deployment's `info`); the first probe that succeeds
 marks it up again. A Ray Serve handle call to a deployment with no live replica waits for one,
 so only the timeout tells a dead deployment from a slow one.
 """

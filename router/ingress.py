@@ -34,6 +34,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from configs.model_config import RouterAppConfig
+from deployments.protocol.error_stream import end_on_failure, error_stream
 from deployments.protocol.errors import ErrorResponse, OpenAIError, internal_error
 from deployments.protocol.limits import check_body_size, parse_body
 from deployments.protocol.request_id import current_request_id
@@ -51,7 +52,7 @@ from router.http_errors import (
     not_found,
     unauthorized,
 )
-from router.model_pool import ModelStream
+from router.model_stream import ModelStream
 from router.replica_metrics import replica_expositions
 
 logger = logging.getLogger(__name__)
@@ -73,22 +74,22 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     return error_json(OpenAIError(str(exc.detail), status_code=exc.status_code))
 
 
+async def _events(items: AsyncIterator[BaseModel | bytes]) -> AsyncIterator[str | bytes]:
+    """Each item as an SSE event, up to an error item, the last. Items that arrive as SSE bytes
+    (the replica's `sse_batches`) pass through untouched; typed items (the first one, the
+    router's own errors) are encoded here."""
+    async for item in items:
+        yield item if isinstance(item, bytes) else sse_event(item)
+        if isinstance(item, ErrorResponse):
+            return
+
+
 async def _sse(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[str | bytes]:
     """Relay a stream as server-sent events, ending with `data: [DONE]` (after an error event
-    when the stream fails). Items that arrive as SSE bytes (the replica's `sse_batches`) pass
-    through untouched; typed items (the first one, the router's own errors) are encoded here."""
+    when the stream fails: a router bug mid-stream still ends the stream in OpenAI form)."""
     try:
-        async for item in items:
-            if isinstance(item, bytes):
-                yield item
-                continue
-            yield sse_event(item)
-            if isinstance(item, ErrorResponse):
-                break
-    except Exception:  # a router bug mid-stream still ends the stream in OpenAI form
-        rid = current_request_id()
-        logger.exception("request %s: the stream failed in the router", rid)
-        yield sse_event(internal_error(rid, "the router").response())
+        async for event in end_on_failure(_events(items), "the router"):
+            yield sse_event(event) if isinstance(event, ErrorResponse) else event
     finally:
         await items.aclose()  # client gone or stream done: the model request ends too
     yield DONE
@@ -99,20 +100,16 @@ def _unary(body: Any) -> Any:
     return {**body, "stream": False} if isinstance(body, dict) else body
 
 
-async def _one(item: ErrorResponse) -> AsyncIterator[ErrorResponse]:
-    yield item
-
-
 def _python_result(outcome: Routed | ErrorResponse, stream: bool) -> Any:
     """The Python API's answer: a response, an `ErrorResponse`, or an async generator."""
     result = outcome.result if isinstance(outcome, Routed) else outcome
     if isinstance(result, ModelStream):
         if isinstance(result.first, ErrorResponse):
             result.close()
-            return _one(result.first)
+            return error_stream(result.first)
         return result.items()
     if stream and isinstance(result, ErrorResponse):
-        return _one(result)
+        return error_stream(result)
     return result
 
 
@@ -155,7 +152,7 @@ class Router:
     ) -> None:
         self.config = RouterAppConfig.model_validate(config)
         self.gateway = Gateway(self.config, handles, lora_registry)
-        await self.gateway.pool.start(lora_registry)
+        await self.gateway.start()
         self.created = int(time.time())
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
@@ -316,7 +313,7 @@ class Router:
             return denied
         metrics = self.gateway.metrics
         engine = await replica_expositions(
-            self.gateway.pool.handles, self.config.health_probe_timeout_s
+            self.gateway.caller.handles, self.config.health_probe_timeout_s
         )
         return Response(metrics.render(engine), media_type=metrics.content_type)
 
@@ -330,11 +327,11 @@ class Router:
         reported running, `null` before its first report; 0 for a model scaled to zero, which
         counts as serving: a call starts a replica).
         """
-        pool = self.gateway.pool
-        down, starting = pool.unavailable(), pool.starting()
-        serving = set(pool.handles) - set(down) - set(starting)
+        caller = self.gateway.caller
+        down, starting = caller.unavailable(), caller.starting()
+        serving = set(caller.handles) - set(down) - set(starting)
         status = "ok" if not down and not starting else "degraded" if serving else "unavailable"
-        body = {"status": status, "models": sorted(pool.handles), "starting": starting}
+        body = {"status": status, "models": sorted(caller.handles), "starting": starting}
         body["down"] = down
-        body["replicas"] = {m: pool.deployments.get(m).replicas for m in sorted(pool.handles)}
+        body["replicas"] = {m: caller.deployments.get(m).replicas for m in sorted(caller.handles)}
         return JSONResponse(body, status_code=503 if status == "unavailable" else 200)

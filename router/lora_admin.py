@@ -31,7 +31,7 @@ from deployments.protocol.lora import (
     UnloadLoraAdapterRequest,
 )
 from deployments.protocol.validation import parse_request
-from router.model_pool import ModelPool
+from router.model_catalog import ModelCatalog
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ class LoraAdmin:
 
     Args:
         config: the application config.
-        pool: the models (its `adapters` index is updated from the registry's answers).
+        catalog: the models (its `adapters` index is updated from the registry's answers).
+        handles: model id -> handle of its `ModelServer` deployment.
         registry: handle of the application's `LoraRegistry`; None when no model allows
             runtime loading.
         aliases: the policy's alias names (an adapter may not take one).
@@ -50,11 +51,13 @@ class LoraAdmin:
     def __init__(
         self,
         config: RouterAppConfig,
-        pool: ModelPool,
+        catalog: ModelCatalog,
+        handles: dict[str, DeploymentHandle],
         registry: DeploymentHandle | None,
         aliases: list[str],
     ) -> None:
-        self.pool = pool
+        self.catalog = catalog
+        self.handles = handles
         self.registry = registry
         self.aliases = set(aliases)
         self.roots = {
@@ -111,7 +114,7 @@ class LoraAdmin:
         registry = self._registry()
         base = self._base(req.model)
         name = req.lora_name
-        if name in self.pool.handles or name in self.aliases or self.pool.adapters.base(name):
+        if self.catalog.serves(name) or name in self.aliases:
             raise OpenAIError(
                 f"a model, alias or LoRA adapter named {name!r} exists already; unload it "
                 "first or choose another name",
@@ -123,7 +126,7 @@ class LoraAdmin:
         if isinstance(added, str):
             raise OpenAIError(added, param="lora_name", code="lora_adapter_exists")
         try:
-            refused = await self.pool.handles[base].load_lora_adapter.remote(name, path)
+            refused = await self.handles[base].load_lora_adapter.remote(name, path)
         except Exception as exc:
             refused = OpenAIError(
                 f"model {base} could not be reached to load the adapter; try again",
@@ -148,7 +151,7 @@ class LoraAdmin:
         req = parse_request(UnloadLoraAdapterRequest, body)
         registry = self._registry()
         name = req.lora_name
-        if self.pool.adapters.is_static(name):
+        if self.catalog.adapters.is_static(name):
             raise OpenAIError(
                 f"LoRA adapter {name!r} is a start-up adapter (lora_modules); remove it from "
                 "the config instead",
@@ -163,4 +166,4 @@ class LoraAdmin:
 
     def _take(self, snapshot: RegistrySnapshot | str) -> None:
         if isinstance(snapshot, RegistrySnapshot):
-            self.pool.adapters.update(snapshot)
+            self.catalog.adapters.update(snapshot)

@@ -1,7 +1,7 @@
 """Every model replica's engine metrics, read from the metrics boards for `GET /metrics`.
 
 Model replicas report to the board of the application that runs them
-(`deployments.metrics_board`); a router finds that application from each model's handle, so a
+(`deployments.metrics.board`); a router finds that application from each model's handle, so a
 second router application in front of the same models reads the same board.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.metrics_board import METRICS_BOARD
+from deployments.metrics.board import METRICS_BOARD
 
 logger = logging.getLogger(__name__)
 

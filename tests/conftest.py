@@ -2,6 +2,11 @@
 
 Ray Serve is started once per test session (on a port other than 8000, so a user's own
 `serve run` is not disturbed) and shut down at the end.
+
+Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serve) at
+collection, and put in the xdist group `ray`: under `pytest -n 2` one worker starts Ray once and
+runs them all while the other runs the CPU tests. `pytest -m "not ray and not slow"` is the
+fast tier: no Ray, no server.
 """
 
 from __future__ import annotations
@@ -14,6 +19,21 @@ import pytest
 from app_args import served_app_args
 
 SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
+RAY_FIXTURES = frozenset({"ray_session", "serve_url"})
+"""Fixtures that start Ray: a test using one (directly or through another fixture) needs Ray."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need Ray `ray` (`serve` too on Ray Serve) and group them on one
+    xdist worker (see the module docstring)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "serve_url" in fixtures:
+            item.add_marker(pytest.mark.serve)
+        if fixtures & RAY_FIXTURES or item.get_closest_marker("serve"):
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +47,7 @@ def smollm2_path() -> str:
 @pytest.fixture(scope="session")
 def tokenizer(smollm2_path: str) -> Any:
     """SmolLM2's own tokenizer (from the GGUF metadata)."""
-    from deployments.tokenizer import load_tokenizer
+    from deployments.prompting.tokenizer import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

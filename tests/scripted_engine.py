@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from deployments.tokenizer import load_tokenizer
+from deployments.prompting.tokenizer import load_tokenizer
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 

@@ -15,7 +15,7 @@ validated model travels on to the model replica, whose code reads its typed fiel
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
@@ -54,7 +54,10 @@ class ImagePart(_Base):
     type: Literal["image_url", "input_audio", "file"]
 
 
-ContentPart = by_type(TextPart, ImagePart)
+if TYPE_CHECKING:  # the type checker reads the plain union; pydantic the discriminated one
+    ContentPart = TextPart | ImagePart
+else:
+    ContentPart = by_type(TextPart, ImagePart)
 
 
 class ChatMessage(_Base):

@@ -12,7 +12,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 
-from deployments.protocol.preprocess import PreprocessReport
+from deployments.protocol.preprocess_plan import PreprocessReport
 
 
 class Usage(BaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import jsonschema
 from pydantic import (
@@ -48,7 +48,7 @@ def by_type(*models: type[BaseModel]) -> Any:
     `<field>.type` listing the expected values.
     """
     names = {
-        kind: m.__name__ for m in models for kind in m.model_fields["type"].annotation.__args__
+        kind: m.__name__ for m in models for kind in get_args(m.model_fields["type"].annotation)
     }
 
     def tag(value: Any) -> str | None:
@@ -290,7 +290,10 @@ class ResponseFormatJsonSchema(_Base):
     json_schema: JsonSchemaSpec
 
 
-ResponseFormat = by_type(ResponseFormatText, ResponseFormatJsonObject, ResponseFormatJsonSchema)
+if TYPE_CHECKING:  # the type checker reads the plain union; pydantic the discriminated one
+    ResponseFormat = ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema
+else:
+    ResponseFormat = by_type(ResponseFormatText, ResponseFormatJsonObject, ResponseFormatJsonSchema)
 """`response_format`, discriminated by `type`."""
 
 

@@ -52,6 +52,14 @@ DEFAULT_PARSER_BY_FAMILY: dict[str, str] = {
 }
 """Model family -> the parser its chat template's tool-call format needs."""
 
+NATIVE_TOOL_FORMATS: dict[str, str] = {
+    "deepseek_v4": "deepseek_v4",
+    "deepseek_v32": "deepseek_v3_2",
+}
+"""Tool parser -> xgrammar's structural-tag format of that markup, for parsers whose
+`required` / named calls are constrained to the model's own call syntax
+(`deployments.prompting.structured_output`)."""
+
 
 def get_parser(
     name: str, tools: list[dict[str, Any]] | None = None, prompt_suffix: str = ""

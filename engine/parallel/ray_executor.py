@@ -4,7 +4,7 @@ Each rank asks Ray for one `NPU` (Ascend) or one `GPU` (CUDA), or `rank_num_cpus
 in one placement group (`engine.tensor_parallel_placement`; by default `STRICT_PACK`: one node,
 so the group's collectives stay local). The ranks meet at rank 0's node IP as Ray reports it
 (`engine.parallel.worker.rendezvous_host`). The engine (scheduler) sends every rank the same
-`StepInput`; rank 0 returns the logits.
+`StepInput`; rank 0 returns the `StepResult`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ExecutorDead
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import AnyKVSpec
+from engine.kv_layout import AnyKVSpec
 from engine.lora.adapter import LoraAdapter
 from engine.parallel.worker import RankWorker
 from engine.step_input import StepInput
+from engine.step_result import StepResult
 from npu_ops.platform import DeviceKind, current_platform
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class RayExecutor:
     ) -> None:
         bundle = rank_bundle(rank_num_cpus)
         self.pg = placement_group([bundle] * world, strategy=strategy)
+        self._graphs_in_use: frozenset[int] = frozenset()
         ready, _ = ray.wait([self.pg.ready()], timeout=placement_timeout_s)
         if not ready:
             remove_placement_group(self.pg)
@@ -120,11 +122,18 @@ class RayExecutor:
         """See `Executor.allocate_kv`."""
         ray.get([w.allocate_kv.remote(num_blocks) for w in self.workers])
 
+    concurrent_capture = False  # a capture step's collectives would interleave with steps'
+
     def capture(self, size: int) -> None:
         """See `Executor.capture`: every rank captures at once."""
         ray.get([w.capture.remote(size) for w in self.workers])
+        self._graphs_in_use = self.decode_graphs_in_use() | {size}
 
-    def execute(self, step: StepInput) -> torch.Tensor:
+    def decode_graphs_in_use(self) -> frozenset[int]:
+        """See `Executor.decode_graphs_in_use` (every rank's: they capture together)."""
+        return self._graphs_in_use
+
+    def execute(self, step: StepInput) -> StepResult:
         """See `Executor.execute`.
 
         Raises:

@@ -10,15 +10,17 @@ import ray
 import torch
 import torch.distributed as dist
 
+from engine.checkpoint_ref import CheckpointRef
 from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ModelShard
 from engine.fused_layers import use_fused_layers
 from engine.kv_budget import MemoryProfile
-from engine.kv_cache import AnyKVSpec
+from engine.kv_layout import AnyKVSpec
 from engine.lora.adapter import LoraAdapter
-from engine.model_loader import CheckpointRef, load_model
+from engine.model_loader import load_model
 from engine.parallel.sharding import LinearShard, shard_model
 from engine.step_input import StepInput
+from engine.step_result import StepResult
 from npu_ops.platform import DeviceKind, current_platform
 
 logger = logging.getLogger(__name__)
@@ -143,10 +145,10 @@ class RankWorker:
         """See `ModelShard.capture` (every rank at once: the graph holds the collectives)."""
         self.shard.capture(size)
 
-    def execute(self, step: StepInput) -> torch.Tensor | None:
-        """Run the step on this shard; rank 0 returns the logits (on the CPU), others None."""
-        logits = self.shard.execute(step)
-        return logits.cpu() if self.rank == 0 else None
+    def execute(self, step: StepInput) -> StepResult | None:
+        """Run the step on this shard; rank 0 returns the result (on the CPU), others None."""
+        result = self.shard.execute(step)
+        return result.cpu() if self.rank == 0 else None
 
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         """See `ModelShard.lora_targets` (unsharded shapes, the same on every rank)."""

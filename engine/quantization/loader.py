@@ -32,11 +32,11 @@ is checked against the whole layer's shape), then shards the W8A8 modules in the
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from engine.checkpoint_ref import CheckpointRef
 from engine.quantization.checkpoint_names import CheckpointNames
 from engine.quantization.description import (
     QUANT_DESCRIPTION_FILE,
@@ -58,9 +58,6 @@ from engine.quantization.tensor_files import (
 from npu_ops.ops import active_ops
 from npu_ops.ops.quant import QUANT_OUTPUT_DTYPES
 from npu_ops.ops.registry import REFERENCE
-
-if TYPE_CHECKING:
-    from engine.model_loader import CheckpointRef
 
 logger = logging.getLogger(__name__)
 

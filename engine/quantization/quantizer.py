@@ -37,7 +37,8 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from engine.model_loader import CheckpointRef, load_config
+from engine.checkpoint_ref import CheckpointRef
+from engine.model_loader import load_config
 from engine.quantization.deepseek_v4 import quantize_v4
 from engine.quantization.description import FLOAT, QUANT_DESCRIPTION_FILE, W8A8, W8A8_DYNAMIC
 from engine.quantization.int8 import (

@@ -17,13 +17,16 @@ from transformers import PretrainedConfig
 
 from configs.speculative_config import SpeculativeConfig
 from engine.block_manager import BlockManager
+from engine.checkpoint_ref import CheckpointRef
 from engine.deepseek_v4.cache import HybridKVSpec
-from engine.kv_cache import AnyKVSpec, KVCacheSpec, allocate_kv_caches
-from engine.model_loader import CheckpointRef, load_config, load_model
+from engine.kv_layout import AnyKVSpec, allocate_kv_caches
+from engine.model_loader import load_config, load_model
 from engine.model_runner import ModelRunner
+from engine.spec_decode.draft_kv import draft_kv_spec, fit_hybrid_kv
 from engine.spec_decode.model_proposer import ModelProposer
 from engine.spec_decode.mtp_model import MtpDraftModel
-from engine.spec_decode.mtp_v4 import V4MtpDraftModel, V4MtpLayer, mtp_kv_spec
+from engine.spec_decode.mtp_v4 import V4MtpLayer
+from engine.spec_decode.mtp_v4_draft import V4MtpDraftModel
 from engine.spec_decode.ngram import NgramProposer
 from engine.spec_decode.speculator import Proposer, Speculator
 
@@ -63,13 +66,12 @@ def load_drafter(
         ValueError: the draft checkpoint cannot be loaded or its vocabulary is larger than the
             target's.
     """
-    if config.method == "ngram":
+    spec = draft_kv_spec(config, target_config, dtype)
+    if spec is None:
         return None
     if config.method == "mtp":
         if isinstance(target.mtp, V4MtpLayer):
-            v4 = mtp_kv_spec(target.mtp, dtype)
-            return Drafter(V4MtpDraftModel(target.mtp, target), v4, mtp=True)
-        spec = KVCacheSpec.mla(1, target_config.kv_lora_rank, target_config.qk_rope_head_dim, dtype)
+            return Drafter(V4MtpDraftModel(target.mtp, target), spec, mtp=True)
         return Drafter(MtpDraftModel(target.mtp), spec, mtp=True)
     assert config.model is not None, "validated by SpeculativeConfig"
     ref = CheckpointRef.from_path(config.model.resolve())
@@ -81,7 +83,6 @@ def load_drafter(
             "tokenizer"
         )
     model = load_model(ref, dtype, device)
-    spec = KVCacheSpec.from_config(draft_config, dtype)
     logger.info("draft model %s: KV %s", ref.directory, spec.describe())
     return Drafter(model, spec, mtp=False)
 
@@ -94,31 +95,18 @@ def fit_hybrid_drafter(
     block_size: int,
 ) -> tuple[HybridKVSpec, Drafter]:
     """The target's hybrid spec and a hybrid drafter (DeepSeek-V4's MTP layer) made to share
-    the sliding-window pool; other drafters are returned unchanged.
-
-    The drafter's sliding kinds are addressed through the target's sliding tables, so:
-    - the target keeps sliding blocks for the drafter's span too: the MTP layer's newest row
-      is at the position before the target's next one and reads `sliding_window` positions
-      back from it, one more than the target's `sliding_window - 1`. The span becomes
-      `max(target span, drafter span + 1)` and the pool is re-sized for it
-      (`HybridKVSpec.sliding_blocks_for`: unchanged at V4-Flash's shape, whose span 127 and 128
-      both take two 128-token blocks);
-    - the drafter's kinds join the target's as `mtp_<kind>` so the budget takes their share of
-      the sliding pool off first (`engine.kv_budget`); the target allocates only its own
-      layers' kinds, the drafter its own with the target's `sliding_blocks`.
+    the sliding-window pool (`engine.spec_decode.draft_kv.fit_hybrid_kv`); other drafters are
+    returned unchanged.
 
     Returns:
         The widened target spec and the drafter with its spec's `sliding_blocks` set.
     """
-    if not drafter.spec.hybrid:
+    if not isinstance(drafter.spec, HybridKVSpec):
         return spec, drafter
-    own = drafter.spec
-    assert isinstance(own, HybridKVSpec)
-    extra = tuple(replace(k, name=f"mtp_{k.name}") for k in own.kinds if k.sliding)
-    fitted = replace(spec, kinds=spec.kinds + extra, span=max(spec.span, own.span + 1))
-    sliding = fitted.sliding_blocks_for(max_num_seqs, max_num_batched_tokens, block_size)
-    fitted = replace(fitted, sliding_blocks=sliding)
-    return fitted, replace(drafter, spec=replace(own, sliding_blocks=sliding))
+    fitted, own = fit_hybrid_kv(
+        spec, drafter.spec, max_num_seqs, max_num_batched_tokens, block_size
+    )
+    return fitted, replace(drafter, spec=own)
 
 
 def build_speculator(

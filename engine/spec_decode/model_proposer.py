@@ -68,7 +68,7 @@ class ModelProposer:
             target's).
         block_manager: the target's; drafts need the slots of the positions they write.
         mtp: the model is an MTP layer (`engine.spec_decode.mtp_model.MtpDraftModel`,
-            `engine.spec_decode.mtp_v4.V4MtpDraftModel`): row p takes token `t_{p+1}` and the
+            `engine.spec_decode.mtp_v4_draft.V4MtpDraftModel`): row p takes token `t_{p+1}` and the
             target's hidden state `h_p`; else a draft model. A model with a `conditioning`
             method maps the target's final hidden states to what it takes instead (V4: the
             hidden streams before `hc_head`).

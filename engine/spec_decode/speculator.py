@@ -1,9 +1,12 @@
 """Decides which sequences speculate, asks the proposer for their drafts, keeps the counters.
 
-The engine calls `after_step` once per step, after sampling, with the step's sequences; the
-speculator picks those that may speculate and how many tokens (`k`), and the proposer
+It owns speculative decoding's part of the engine step (`docs/engine-step.md`): `verify`
+keeps the part of a sequence's draft the target agrees with, at postprocessing, and counts it
+(`record`); `follow_step`, once per step after its outputs, hands the step to `after_step`,
+which picks the sequences that may speculate and how many tokens (`k`), and the proposer
 (`engine.spec_decode.ngram.NgramProposer`, or `engine.spec_decode.model_proposer.ModelProposer`
-for `draft` and `mtp`) sets their drafts. After verifying a draft the engine calls `record`.
+for `draft` and `mtp`) sets their drafts. The scheduler runs a draft in the sequence's next
+step, and its rows are sampling rows (`engine.postprocess.sampling_rows`).
 
 A sequence gets no draft when it has a grammar constraint (constrained decoding runs without
 speculation: the grammar would have to accept the draft tokens before they are verified and
@@ -22,7 +25,9 @@ from typing import Protocol
 import torch
 
 from configs.speculative_config import SpeculativeConfig
-from engine.sequence import Sequence
+from engine.scheduler import ScheduledSeq, SchedulerOutput
+from engine.sequence import Sequence, SequenceStatus
+from engine.spec_decode.rejection import Verified, verify
 from engine.spec_decode.state import SpecState
 from engine.step_input import StepInput
 
@@ -129,6 +134,41 @@ class Speculator:
         for i, draft in self.proposer.propose(view, wanted).items():
             assert len(draft) <= wanted[i], f"{len(draft)} draft tokens for {wanted[i]}"
             view.seqs[i].draft_token_ids = draft
+
+    def follow_step(
+        self, step: StepInput, batch: SchedulerOutput, hidden: torch.Tensor | None
+    ) -> None:
+        """After a step's outputs: let the proposer follow the step (`after_step`) and draft
+        for the sequences that sampled in it and go on.
+
+        Args:
+            step: what the target ran (`return_hidden` set when `needs_hidden`).
+            batch: the step's schedule.
+            hidden: the target's hidden states of the step, when `needs_hidden`.
+        """
+        going = [
+            i
+            for i, s in enumerate(batch.scheduled)
+            if s.sample and s.seq.status is not SequenceStatus.FINISHED
+        ]
+        self.after_step(StepView(step, [s.seq for s in batch.scheduled], hidden), going)
+
+    def verify(self, s: ScheduledSeq, logits: torch.Tensor) -> Verified:
+        """Keep the part of `s`'s draft the target agrees with (`engine.spec_decode.rejection`)
+        and count it (`record`).
+
+        Args:
+            logits: `[1 + len(s.draft_token_ids), vocab]` the target's logits at the rows of
+                `s`'s last known token and its draft tokens.
+
+        Raises:
+            Exception: whatever this request's own processing raised (its grammar, say); the
+                engine ends that request alone.
+        """
+        draft = list(s.draft_token_ids)
+        verified = verify(logits, s.seq, draft)
+        self.record(s.seq, len(draft), verified.num_accepted)
+        return verified
 
     def record(self, seq: Sequence, num_drafted: int, num_accepted: int) -> None:
         """Count one verified draft of `num_drafted` tokens, `num_accepted` of them kept, and

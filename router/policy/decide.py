@@ -57,7 +57,7 @@ def decide(
         features: The request's features (`extract_features`).
         models: Served model id → capabilities.
         states: Model id → live state; a model missing here is treated as healthy and idle.
-        policy: The routing policy, already checked with `PolicyConfig.validate_against`.
+        policy: The routing policy, already checked with `configs.policy_validation.check_policy`.
 
     Returns:
         The decision; `candidates` is never empty.
@@ -121,7 +121,7 @@ def _filter(
     states: dict[str, ModelState],
 ) -> Decision:
     """Drop incapable and unhealthy targets, order the rest, and explain."""
-    assert targets, f"{label}: no targets to choose from; validate_against forbids this"
+    assert targets, f"{label}: no targets to choose from; check_policy forbids this"
     rejected: dict[str, str] = {}
     params: list[str] = []
     eligible: list[str] = []
@@ -130,7 +130,7 @@ def _filter(
     for model in targets:
         caps = models.get(model)
         assert caps is not None, (
-            f"policy names unserved model {model!r}; call PolicyConfig.validate_against first"
+            f"policy names unserved model {model!r}; run configs.policy_validation.check_policy"
         )
         rejection = check_capabilities(features, caps)
         healthy = states.get(model, _UNREPORTED).healthy

@@ -44,7 +44,7 @@ def test_bad_bodies_are_4xx(body: bytes, status: int, code: str) -> None:
 
 
 def test_grammar_errors_reach_the_client_without_compiler_internals(tokenizer: object) -> None:
-    from deployments.structured_output import GrammarFactory
+    from deployments.prompting.structured_output import GrammarFactory
 
     grammars = GrammarFactory(tokenizer, 49152)
     for schema in (

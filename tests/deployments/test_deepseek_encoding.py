@@ -17,15 +17,9 @@ import pytest
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
-from deployments.chat import ChatHandler, ChatSettings
-from deployments.chat_template import ChatTemplate, PromptOptions
-from deployments.family_tokenizers import (
-    DEEPSEEK_V4_SPECIAL_TOKENS,
-    FAMILY_TOKENIZERS,
-    deepseek_v4_tokenizer,
-    save_family_tokenizer,
-)
-from deployments.prompt_encoders import (
+from deployments.handlers.chat import ChatHandler, ChatSettings
+from deployments.prompting.chat_template import ChatTemplate, PromptOptions
+from deployments.prompting.encoders import (
     ENCODERS,
     EncodeOptions,
     OptionError,
@@ -33,9 +27,15 @@ from deployments.prompt_encoders import (
     encode_deepseek_v32,
     resolve_options,
 )
+from deployments.prompting.tool_history import normalize_history
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
-from deployments.tool_history import normalize_history
+from fixtures.family_tokenizers import (
+    DEEPSEEK_V4_SPECIAL_TOKENS,
+    FAMILY_TOKENIZERS,
+    deepseek_v4_tokenizer,
+    save_family_tokenizer,
+)
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "dsv4_encoding.json").read_text())
 CASES = {case["id"]: case for case in DATA["cases"]}

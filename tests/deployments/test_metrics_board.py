@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from configs.monitoring import MonitoringConfig
-from deployments.choices import sample_groups
-from deployments.metrics_board import ReplicaReports
+from deployments.handlers.choices import sample_groups
+from deployments.metrics.board import ReplicaReports
 from engine.sampling_params import SamplingParams
 
 

@@ -5,35 +5,15 @@ the tokens after it out of the output, its logprobs and its token count."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from scripted_client import ScriptedStream
 
-from deployments.choices import ChoiceDelta, run_choice
+from deployments.handlers.choices import ChoiceDelta, run_choice
 from engine.outputs import RequestOutput, TokenLogprob
 
 TEXT = "One two three. Four five six. Seven eight nine."
-
-
-class FakeStream:
-    """The outputs of one engine request, as `run_choice` reads them."""
-
-    def __init__(self, outputs: list[RequestOutput]) -> None:
-        self._outputs: Iterator[RequestOutput] = iter(outputs)
-        self.closed = False
-
-    def __aiter__(self) -> FakeStream:
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        try:
-            return next(self._outputs)
-        except StopIteration:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        self.closed = True
 
 
 def outputs(ids: list[int], sizes: list[int]) -> list[RequestOutput]:
@@ -60,7 +40,7 @@ def outputs(ids: list[int], sizes: list[int]) -> list[RequestOutput]:
 
 def collect(tokenizer: Any, outs: list[RequestOutput], stops: list[str]) -> list[ChoiceDelta]:
     async def go() -> list[ChoiceDelta]:
-        stream: Any = FakeStream(outs)
+        stream = ScriptedStream(outs)
         return [d async for d in run_choice(stream, tokenizer, 0, [1, 2, 3], stops)]
 
     return asyncio.run(go())

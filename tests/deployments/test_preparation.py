@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from deployments.preparation import Preparer
+from deployments.handlers.preparation import Preparer
 from deployments.protocol.errors import OpenAIError
 
 

@@ -1,4 +1,4 @@
-"""The replica's SSE relay (`deployments.sse_relay.sse_batches`): the first item typed and at
+"""The replica's SSE relay (`deployments.streaming.sse_relay.sse_batches`): the first item typed and at
 once, ready chunks together, the batching interval, errors, and clean-up on close."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel
 
 from deployments.protocol.errors import ErrorDetail, ErrorResponse
-from deployments.sse_relay import sse_batches
+from deployments.streaming.sse_relay import sse_batches
 
 
 class Chunk(BaseModel):

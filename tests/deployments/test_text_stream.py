@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from deployments.detokenizer import IncrementalDetokenizer
-from deployments.stop_strings import StopStringMatcher
+from deployments.streaming.detokenizer import IncrementalDetokenizer
+from deployments.streaming.stop_strings import StopStringMatcher
 
 TEXTS = [
     "你好，世界。今天天气很好，我们去公园散步吧。",

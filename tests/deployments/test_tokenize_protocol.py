@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from deployments.handlers.tokenize import TokenizeHandler
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.tokenize import DetokenizeRequest, TokenizeCompletionRequest
 from deployments.protocol.validation import parse_request
-from deployments.tokenize import TokenizeHandler
 
 T = TypeVar("T")
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from deployments.prompting.tool_history import normalize_history
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, ChatMessage
 from deployments.protocol.validation import parse_request
-from deployments.tool_history import normalize_history
 
 
 def call(cid: str, args: Any = '{"city": "Lima"}', name: str = "get_weather") -> dict:
@@ -120,7 +120,7 @@ def test_replayed_arguments_that_are_json_but_not_an_object_render_as_empty(
     history = [USER, {"role": "assistant", "tool_calls": [call("a", args)]}]
     body = {"messages": [*history, {"role": "tool", "tool_call_id": "a", "content": "ok"}]}
     request = parse_request(ChatCompletionRequest, body)
-    with caplog.at_level(logging.WARNING, logger="deployments.tool_history"):
+    with caplog.at_level(logging.WARNING, logger="deployments.prompting.tool_history"):
         out = normalize_history(request.messages)
     assert out[1]["tool_calls"][0]["function"]["arguments"] == {}
     (record,) = caplog.records

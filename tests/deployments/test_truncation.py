@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from configs.preprocessing import Truncation
-from deployments.chat_template import ChatTemplate
-from deployments.preprocess import run_plan
-from deployments.protocol.preprocess import PreprocessPlan
+from deployments.prompting.apply_plan import run_plan
+from deployments.prompting.chat_template import ChatTemplate
+from deployments.prompting.tool_history import normalize_history
+from deployments.prompting.truncation import droppable_turns, truncate
+from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.requests import ChatCompletionRequest
-from deployments.tool_history import normalize_history
-from deployments.truncation import droppable_turns, truncate
 
 FILLER = "The quarterly report lists revenue, costs and margins for every region. " * 12
 CALL = {"id": "c1", "type": "function",

@@ -20,9 +20,10 @@ import engine.llm_engine
 from cli import plan_cmd
 from configs.engine_config import EngineConfig
 from engine.architectures import REFUSED_MODEL_TYPES, SUPPORTED_MODEL_TYPES
+from engine.checkpoint_ref import CheckpointRef
 from engine.llm_engine import LLMEngine
-from engine.model_loader import CheckpointRef, load_config
-from engine.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
+from engine.model_loader import load_config
+from fixtures.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
 
 PROD = Path(__file__).resolve().parents[2] / "configs" / "prod.yaml"
 SUPPORTED_LIST = "Supported: " + ", ".join(sorted(SUPPORTED_MODEL_TYPES))

@@ -1,10 +1,11 @@
 """Graph mode (`enforce_eager: false`): decode steps replay graphs captured per batch size.
 
 One tiny 2-layer Llama-family checkpoint in float32, graphs of 1, 4 and 16 rows (compiled once
-for the module, at engine start-up). Greedy tokens must equal those of an eager engine on the
-same checkpoint, up to near-ties of transformers' own logits (top-2 gap < 1e-4), for decode
-batches of 1, 3 (padded to 4) and 16, and when a running batch moves between sizes. After
-start-up nothing may recompile, the graphs hold no graph break, and every block is freed.
+for the module, in the background after engine start-up; the tests wait for them). Greedy tokens
+must equal those of an eager engine on the same checkpoint, up to near-ties of transformers' own
+logits (top-2 gap < 1e-4), for decode batches of 1, 3 (padded to 4) and 16, and when a running
+batch moves between sizes. Once compiled nothing may recompile, the graphs hold no graph break,
+and every block is freed.
 """
 
 from __future__ import annotations
@@ -17,14 +18,20 @@ from typing import Any
 
 import pytest
 import torch
-from engine_helpers import assert_same_until_tie, greedy, run_to_completion, step
+from engine_helpers import (
+    assert_same_until_tie,
+    greedy,
+    run_to_completion,
+    step,
+)
 from transformers import AutoModelForCausalLM
 
 from configs.engine_config import EngineConfig
 from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
+from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
 from engine.step_input import StepInput
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 from npu_ops.graph_mode import CPP_COMPILERS
 
 SIZES = [1, 4, 16]
@@ -48,6 +55,7 @@ class Engines:
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         self.graph = LLMEngine(str(path), _config(enforce_eager=False, graph_batch_sizes=SIZES))
+        assert wait_for_decode_graphs(self.graph.executor, SIZES, 600)  # compiled in background
         self.graph_breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
         self.hf = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, attn_implementation="sdpa"

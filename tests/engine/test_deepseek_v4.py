@@ -4,7 +4,7 @@ windows, prompts many windows longer than the sliding window, prefix-cache hits 
 block boundaries and forced preemption; the KV the cache holds equals the geometry formula, and
 every block of both pools is free afterwards.
 
-The tiny checkpoint (`engine.tiny_checkpoints.FAMILY_CONFIGS["deepseek_v4"]`): window 8, one
+The tiny checkpoint (`fixtures.tiny_checkpoints.FAMILY_CONFIGS["deepseek_v4"]`): window 8, one
 sliding-only layer, two ratio-4 layers whose indexer keeps 2 entries (so it really selects past
 8 tokens), one ratio-16 layer, hash-routed MoE in the first two layers. The reference is
 transformers' uncached forward over the whole sequence per token.
@@ -41,7 +41,7 @@ from configs.engine_config import EngineConfig
 from engine.deepseek_v4.cache import HybridKVSpec
 from engine.hybrid_block_manager import HybridBlockManager
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 
 BLOCK = 16
 MAX_TOKENS = 10

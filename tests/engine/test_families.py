@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import FAMILY_CONFIGS, SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import FAMILY_CONFIGS, SMALL_VOCAB, make_tiny_checkpoint
 
 PROMPT_LENGTHS = (5, 12, 23, 31)
 MAX_TOKENS = 12

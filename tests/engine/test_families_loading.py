@@ -11,7 +11,7 @@ import pytest
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 
 def _edit_config(path: Path, **fields: object) -> None:

@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch import nn
 
+from engine.checkpoint_ref import CheckpointRef
 from engine.fused_layers import MergedProjection, RegistryAttention, use_fused_layers
-from engine.model_loader import CheckpointRef, load_model
-from engine.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
+from engine.model_loader import load_model
+from fixtures.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
 
 LAYERS = 2  # every tiny family has two decoder layers
 EXPECTED = {

@@ -7,7 +7,7 @@ import torch
 from engine_helpers import assert_same_until_tie, greedy, hf_greedy, run_to_completion, step
 from transformers import AutoModelForCausalLM
 
-from engine.model_loader import CheckpointRef
+from engine.checkpoint_ref import CheckpointRef
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.model_loader import CheckpointRef, load_model
+from engine.checkpoint_ref import CheckpointRef
+from engine.model_loader import load_model
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from npu_ops.cpu_kernels import INT8_INT8_GEMM, unavailable
 

@@ -19,9 +19,10 @@ from lora_helpers import lora_engine, run_one
 
 from configs.engine_config import EngineConfig
 from engine.async_engine import AsyncEngine, RequestRejected
+from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
-from engine.lora.tiny_adapters import TinyLoraSpec, load_base, write_adapter
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_adapters import TinyLoraSpec, load_base, write_adapter
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 
 N = 8
 
@@ -140,6 +141,7 @@ def test_lora_steps_run_eager_in_graph_mode(tiny: Tiny) -> None:
         graph_batch_sizes=[4],
         enable_prefix_caching=False,
     )
+    assert wait_for_decode_graphs(engine.executor, [4], 600)  # compiled in the background
     runner = engine.executor.runner  # type: ignore[attr-defined]
     replays: list[int] = []
     compiled = runner.graph_decoder

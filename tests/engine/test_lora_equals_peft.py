@@ -1,7 +1,7 @@
 """LoRA adapters in the engine give peft's own greedy tokens (fp32, dense base), alone and
 mixed with other adapters and the base model in one continuous batch.
 
-Adapters are written by peft with random non-zero B (`engine.lora.tiny_adapters`): on SmolLM2
+Adapters are written by peft with random non-zero B (`fixtures.tiny_adapters`): on SmolLM2
 (the GGUF loaded dense) rank 8 on every linear, rank 64 rsLoRA on attention only, and rank 16
 on the MLP with `rank_pattern`/`alpha_pattern`; on a tiny Qwen3 rank 8 everywhere and rank 4
 rsLoRA on q/v. Divergence is accepted only at a near-tie of peft's logits (top-2 < 1e-4).
@@ -17,8 +17,8 @@ import torch
 from engine_helpers import assert_same_until_tie, greedy, run_to_completion, step
 from lora_helpers import lora_engine, peft_greedy, run_one
 
-from engine.lora.tiny_adapters import TinyLoraSpec, load_base, write_adapter
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_adapters import TinyLoraSpec, load_base, write_adapter
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")

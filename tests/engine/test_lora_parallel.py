@@ -11,8 +11,8 @@ import pytest
 from engine_helpers import greedy, run_to_completion
 from lora_helpers import lora_engine
 
-from engine.lora.tiny_adapters import TinyLoraSpec, load_base, write_adapter
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_adapters import TinyLoraSpec, load_base, write_adapter
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
 TARGETS = {

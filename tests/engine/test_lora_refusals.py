@@ -16,8 +16,8 @@ from lora_helpers import lora_engine
 from safetensors.torch import load_file, save_file
 
 from engine.llm_engine import LLMEngine
-from engine.lora.tiny_adapters import TinyLoraSpec, load_base, write_adapter
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_adapters import TinyLoraSpec, load_base, write_adapter
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 
 def _peft_adapter(base: torch.nn.Module, out: Path, **config: Any) -> Path:

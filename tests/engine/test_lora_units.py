@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 import torch
 
-from engine.attention import AttentionMetadata
+from engine.attention_metadata import AttentionMetadata
 from engine.forward_context import ForwardContext, forward_context
 from engine.lora.adapter import LoraAdapter, LoraRef, LoraWeights
 from engine.lora.adapter_config import AdapterConfig, pattern_key

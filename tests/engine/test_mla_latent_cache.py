@@ -25,7 +25,7 @@ from configs.engine_config import EngineConfig
 from engine.kv_cache import KVCacheSpec
 from engine.llm_engine import LLMEngine
 from engine.mla_attention import MLAAttention
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint, tiny_config
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint, tiny_config
 
 MAX_TOKENS = 10
 YARN = {  # DeepSeek-V2-Lite's rotary type (factor 40 there), so the softmax scale has mscale²

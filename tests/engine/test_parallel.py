@@ -11,7 +11,7 @@ from engine_helpers import greedy, run_to_completion
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import make_tiny_checkpoint, tiny_config
+from fixtures.tiny_checkpoints import make_tiny_checkpoint, tiny_config
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
 

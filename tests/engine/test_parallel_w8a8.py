@@ -42,7 +42,7 @@ from engine.quantization.int8 import activation_params, quantize_weight
 from engine.quantization.linear import W8A8DynamicLinear, W8A8StaticLinear
 from engine.quantization.quantizer import quantize_checkpoint
 from engine.step_input import StepInput
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [100, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
 NEW_TOKENS = 12
@@ -102,7 +102,7 @@ def _run(path: Path, tp: int, ep: bool, hybrid: bool) -> tuple[list[list[int]], 
                 [len(seq)],
                 sliding_tables=(tuple(blocks),) if hybrid else (),
             )
-            logits.append(engine.executor.execute(step))
+            logits.append(engine.executor.execute(step).logits)
         return tokens, logits
     finally:
         engine.shutdown()

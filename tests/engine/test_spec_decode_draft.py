@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from configs.engine_config import EngineConfig
 from configs.model_config import ModelDeploymentConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 K = 4
 TEXT = (

@@ -21,7 +21,7 @@ from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.mtp_model import load_mtp
-from engine.tiny_checkpoints import MTP_SHARD, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import MTP_SHARD, make_tiny_checkpoint
 
 K = 3
 ENGINE = {

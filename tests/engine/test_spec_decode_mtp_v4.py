@@ -35,8 +35,9 @@ from engine.kv_layout import kv_spec
 from engine.llm_engine import LLMEngine
 from engine.quantization.checkpoint_names import CheckpointMapped
 from engine.spec_decode.build import Drafter, fit_hybrid_drafter
-from engine.spec_decode.mtp_v4 import V4MtpLayer, block_config, load_v4_mtp, mtp_layer_type
-from engine.tiny_checkpoints import MTP_SHARD, SMALL_VOCAB, make_tiny_checkpoint
+from engine.spec_decode.mtp_v4 import V4MtpLayer, block_config, mtp_layer_type
+from engine.spec_decode.mtp_v4_weights import load_v4_mtp
+from fixtures.tiny_checkpoints import MTP_SHARD, SMALL_VOCAB, make_tiny_checkpoint
 
 BLOCK = 16
 ENGINE: dict[str, Any] = {
@@ -51,7 +52,7 @@ ENGINE: dict[str, Any] = {
 }
 FLASH_CONFIG = (
     Path(__file__).parents[2]
-    / "engine/planning/hub_configs/deepseek-ai--DeepSeek-V4-Flash.config.json"
+    / "operate/planning/hub_configs/deepseek-ai--DeepSeek-V4-Flash.config.json"
 )
 
 

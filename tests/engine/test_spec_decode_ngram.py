@@ -20,13 +20,14 @@ from transformers import AutoModelForCausalLM
 from configs.engine_config import EngineConfig
 from engine import llm_engine
 from engine.block_manager import BlockManager
+from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
 from engine.metrics import EngineMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 from npu_ops.graph_mode import CPP_COMPILERS
 
 COPY_TEXT = (
@@ -330,6 +331,7 @@ def test_graph_mode_runs_draft_verification_as_decode_graphs(tmp_path: Path) -> 
     )  # fmt: skip
     torch._dynamo.reset()
     engine = LLMEngine(str(path), config)
+    assert wait_for_decode_graphs(engine.executor, [1, 8], 600)  # compiled in the background
     runner = engine.executor.runner  # type: ignore[attr-defined]
     replays: list[int] = []
     compiled = runner.graph_decoder

@@ -12,6 +12,7 @@ import torch
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.step_input import StepInput
+from engine.step_result import StepResult
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPU threads")
 
@@ -30,7 +31,7 @@ def _run(engine: LLMEngine, observe: list[tuple[int, int]]) -> dict[str, list[An
     """
     execute = engine.executor.execute
 
-    def observed(step: StepInput) -> torch.Tensor:
+    def observed(step: StepInput) -> StepResult:
         observe.append((len(step.token_ids), torch.get_num_threads()))
         return execute(step)
 

@@ -1,6 +1,6 @@
 """W8A8 checkpoints written by `ascend-router quantize` run in `LLMEngine` like the float model.
 
-Tiny random checkpoints (`engine.tiny_checkpoints`) of the dense families are quantised by the
+Tiny random checkpoints (`fixtures.tiny_checkpoints`) of the dense families are quantised by the
 CLI in both ModelSlim modes and served by the engine on CPU, where the quantised linears compute
 through the registry's int8 reference (`torch._int_mm`). Greedy tokens must equal the float
 model's; the logit error is printed (`pytest -s`) and bounded relative to the largest logit.
@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM
 
 from cli.main import main as cli_main
 from configs.engine_config import EngineConfig
+from engine.checkpoint_ref import CheckpointRef
 from engine.llm_engine import LLMEngine
-from engine.model_loader import CheckpointRef, load_model
+from engine.model_loader import load_model
 from engine.quantization import QUANT_DESCRIPTION_FILE
 from engine.quantization.int8 import (
     activation_params,
@@ -34,7 +35,7 @@ from engine.quantization.int8 import (
 from engine.quantization.linear import W8A8DynamicLinear, W8A8StaticLinear
 from engine.quantization.quantizer import quantize_checkpoint
 from engine.step_input import StepInput
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
 PROMPTS = [[1, 5, 9, 200, 33, 17], [1, 400, 401, 402], [1, 77, 3, 3, 90, 12, 300, 8]]
 NUM_CANDIDATES = 24
@@ -66,7 +67,7 @@ def all_logits(engine: LLMEngine, tokens: list[int]) -> torch.Tensor:
     """`[len(tokens), vocab]` logits of one prefill through the engine's executor (fresh blocks)."""
     blocks = list(range(-(-len(tokens) // engine.config.block_size)))
     step = StepInput(tokens, [0], [len(tokens)], [blocks], list(range(len(tokens))), [len(tokens)])
-    return engine.executor.execute(step)
+    return engine.executor.execute(step).logits
 
 
 def greedy_tokens(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:

@@ -36,9 +36,10 @@ from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Group
 
 from cli.main import main as cli_main
 from configs.engine_config import EngineConfig
+from engine.checkpoint_ref import CheckpointRef
 from engine.deepseek_v4.attention import V4Attention
 from engine.llm_engine import LLMEngine
-from engine.model_loader import CheckpointRef, load_model
+from engine.model_loader import load_model
 from engine.quantization import QUANT_DESCRIPTION_FILE
 from engine.quantization.checkpoint_names import CheckpointMapped
 from engine.quantization.deepseek_v4 import INT8_LINEARS
@@ -46,7 +47,7 @@ from engine.quantization.experts import W8A8DynamicExperts
 from engine.quantization.linear import W8A8DynamicLinear
 from engine.spec_decode.mtp_v4 import V4MtpLayer
 from engine.step_input import StepInput
-from engine.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 
 BLOCK = 16
 NUM_PROMPTS = 16
@@ -190,7 +191,7 @@ def _logits(engine: LLMEngine, tokens: list[int]) -> torch.Tensor:
         [len(tokens)],
         sliding_tables=(tuple(blocks),),
     )
-    return engine.executor.execute(step)
+    return engine.executor.execute(step).logits
 
 
 def _greedy(engine: LLMEngine, prompts: list[list[int]]) -> Iterator[list[int]]:

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from configs.engine_config import EngineConfig
+from engine.checkpoint_ref import CheckpointRef
 from engine.forward_context import ForwardContext, forward_context
 from engine.llm_engine import LLMEngine
-from engine.model_loader import CheckpointRef, load_model
+from engine.model_loader import load_model
 from engine.quantization.weight_int4 import (
     DENSE_MIN_ROWS,
     Int4WeightLinear,

@@ -8,8 +8,8 @@ from pathlib import Path
 from configs.engine_config import EngineConfig
 from configs.lora_config import LoraConfig
 from engine.llm_engine import LLMEngine
-from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_adapters import TinyLoraSpec, make_tiny_loras
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 from load_tests.lora_throughput import measure
 
 

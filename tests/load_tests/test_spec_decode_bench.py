@@ -7,7 +7,7 @@ from pathlib import Path
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 from load_tests.spec_decode_bench import Modes, build_parser, engine_fields, measure
 
 

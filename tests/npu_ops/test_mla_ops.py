@@ -17,8 +17,9 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 
 from npu_ops.ops import REGISTRY, mla
 from npu_ops.ops.npu import mla as npu_mla
-from npu_ops.ops.preflight import compare, run_preflight
-from npu_ops.ops.samples import OpShapes, build_case
+from operate.ops_check.preflight import compare, run_preflight
+from operate.ops_check.samples import build_case
+from operate.ops_check.shapes import OpShapes
 
 # DeepSeek-V3's MLA at one head (the prolog kernel takes 1..128 heads) and 32 heads for decode
 V3_PROLOG = OpShapes(

@@ -20,8 +20,8 @@ from op_helpers import small_shapes
 from npu_ops.ops import REGISTRY
 from npu_ops.ops.npu import attention as npu_attention
 from npu_ops.ops.npu import elementwise as npu_elementwise
-from npu_ops.ops.preflight import compare, run_preflight
-from npu_ops.ops.samples import build_case
+from operate.ops_check.preflight import compare, run_preflight
+from operate.ops_check.samples import build_case
 
 # torch_npu call each op must make (the MLA decode fallback is tested separately; None: the
 # reference's aten ops, no torch_npu call). The MLA ops' kernels take DeepSeek-V3's sizes only,

@@ -26,7 +26,7 @@ import engine.model_runner
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
+from fixtures.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
 from npu_ops.ops import REGISTRY
 from npu_ops.platform import current_platform
 

@@ -14,8 +14,9 @@ from op_helpers import small_shapes
 
 from npu_ops.ops import REGISTRY, sparse_attention
 from npu_ops.ops.npu import sparse_attention as npu_sparse
-from npu_ops.ops.preflight import compare, run_preflight
-from npu_ops.ops.samples import OpShapes, build_case
+from operate.ops_check.preflight import compare, run_preflight
+from operate.ops_check.samples import build_case
+from operate.ops_check.shapes import OpShapes
 
 # V4-Flash's attention and indexer (64 heads of 512, indexer 64 x 128) at block size 128, with
 # contexts long enough that the indexer must choose 64 of up to 250 entries
@@ -343,7 +344,7 @@ def test_small_shapes_cover_windows_before_the_sequence_and_a_choosing_indexer()
 
 
 def test_shapes_follow_a_deepseek_v4_config() -> None:
-    from engine.tiny_checkpoints import tiny_config
+    from fixtures.tiny_checkpoints import tiny_config
 
     config = tiny_config("deepseek_v4")
     s = OpShapes.for_model(

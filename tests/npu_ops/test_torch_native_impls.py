@@ -7,8 +7,8 @@ import torch
 from op_helpers import small_shapes
 
 from npu_ops.ops import REGISTRY
-from npu_ops.ops.preflight import compare
-from npu_ops.ops.samples import build_case
+from operate.ops_check.preflight import compare
+from operate.ops_check.samples import build_case
 
 TORCH_OPS = sorted(op.name for op in REGISTRY if "torch" in [i.name for i in op.impls])
 

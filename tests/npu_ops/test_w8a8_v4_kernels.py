@@ -25,7 +25,7 @@ from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.quantization.quantizer import quantize_checkpoint
 from engine.sampling_params import SamplingParams
-from engine.tiny_checkpoints import make_tiny_checkpoint
+from fixtures.tiny_checkpoints import make_tiny_checkpoint
 from npu_ops.ops import REGISTRY
 from npu_ops.platform import current_platform
 

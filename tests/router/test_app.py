@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from configs.model_config import UNKNOWN_CONTEXT, DeploymentOptions, RouterAppConfig
 from configs.monitoring import MonitoringConfig
-from deployments.metrics_board import METRICS_BOARD
+from deployments.metrics.board import METRICS_BOARD
 from router.app import build_app
 from router.auth import authorized
 from router.load import LoadTracker, ModelLimits

@@ -26,7 +26,7 @@ from deployments.protocol.requests import ChatCompletionRequest
 from router.deployment_status import UNKNOWN, DeploymentStatusView
 from router.dispatch import FALLBACK_HEADER, MODEL_HEADER, RULE_HEADER, Routed
 from router.gateway import Gateway
-from router.model_pool import ModelStream
+from router.model_stream import ModelStream
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -121,10 +121,10 @@ def test_fallback(
         sent = result.retry_after_s if isinstance(result, ErrorResponse) else None
         assert (None if sent is None else str(sent)) == retry_after
         assert result == Answer(model=model) if status == 200 else is_error(result, status)
-        assert gateway.pool.health.healthy("a") is not a_down
-        assert sum(gateway.pool.load.counts.values()) == 0, "in-flight counts leaked"
+        assert gateway.caller.health.healthy("a") is not a_down
+        assert sum(gateway.caller.load.counts.values()) == 0, "in-flight counts leaked"
         if a in ("crash", "dead"):
-            assert gateway.pool.handles["a"].sent()[0].cancelled  # type: ignore[attr-defined]
+            assert gateway.caller.handles["a"].sent()[0].cancelled  # type: ignore[attr-defined]
         if status == 500:
             assert result.error.code == "internal_error" and "Error" not in result.error.message
 
@@ -136,13 +136,13 @@ def test_own_queue_limit_saturates_before_sending() -> None:
         gateway = make_gateway("slow", "slow")  # a takes 1 running + 1 queued from this router
         held = [asyncio.ensure_future(route(gateway)) for _ in range(4)]
         await asyncio.sleep(0.01)
-        assert gateway.pool.states(starting_ok=False)["a"].queued == 1
+        assert gateway.caller.states(starting_ok=False)["a"].queued == 1
         outcomes = await asyncio.gather(*held, route(gateway))
         models = [o.headers()[MODEL_HEADER] for o in outcomes if isinstance(o, Routed)]
         assert [o.status for o in outcomes if isinstance(o, Routed)] == [200] * 4 + [429]
         assert models[:4] == ["a", "a", "b", "b"]
         assert outcomes[2].headers()[FALLBACK_HEADER] == "a"  # type: ignore[union-attr]
-        assert len(gateway.pool.handles["a"].sent()) == 2, "a saturated model is not called"  # type: ignore[attr-defined]
+        assert len(gateway.caller.handles["a"].sent()) == 2, "a saturated model is not called"  # type: ignore[attr-defined]
 
     asyncio.run(run())
 
@@ -155,7 +155,7 @@ def test_down_model_is_skipped_then_probed_back() -> None:
         skipped = await route(gateway)
         assert isinstance(skipped, Routed) and (skipped.model, skipped.fallback) == ("b", ())
         assert "unhealthy" in skipped.reason
-        gateway.pool.handles["a"].behaviour = "ok"  # type: ignore[attr-defined]
+        gateway.caller.handles["a"].behaviour = "ok"  # type: ignore[attr-defined]
         await asyncio.sleep(0.2)  # > cool-down: the probe succeeds
         back = await route(gateway)
         assert isinstance(back, Routed) and back.model == "a"
@@ -176,11 +176,11 @@ def test_no_healthy_model_is_503_before_any_call() -> None:
 def test_unknown_context_is_learned_from_a_probe() -> None:
     async def run() -> None:
         gateway = make_gateway(context=None)
-        await gateway.pool.start()
-        assert not gateway.pool.health.healthy("a")
+        await gateway.start()
+        assert not gateway.caller.health.healthy("a")
         await asyncio.sleep(0.2)
-        assert gateway.pool.health.healthy("a") and gateway.pool.context_length("a") == 4096
-        assert gateway.pool.capabilities["a"].context_length == 4096
+        assert gateway.caller.health.healthy("a") and gateway.catalog.context_length("a") == 4096
+        assert gateway.catalog.capabilities["a"].context_length == 4096
         assert gateway.model_list(0).data[0].max_model_len == 4096
 
     asyncio.run(run())
@@ -230,23 +230,23 @@ def test_starting_models_are_waited_for_only_when_no_model_serves() -> None:
     async def run() -> None:
         gateway = make_gateway("slow", "ok")  # `a` answers after 0.2 s: 4x first_token_timeout_s
         snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("DEPLOY_FAILED", {}))
-        gateway.pool.deployments = DeploymentStatusView(
-            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        gateway.caller.deployments = DeploymentStatusView(
+            gateway.caller.handles, poll_s=0.01, read_status=lambda: snapshot
         )
-        await gateway.pool.start()
-        assert gateway.pool.starting() == ["a"]
-        assert gateway.pool.unavailable() == {"b": "deployment failed: b is deploy_failed"}
+        await gateway.start()
+        assert gateway.caller.starting() == ["a"]
+        assert gateway.caller.unavailable() == {"b": "deployment failed: b is deploy_failed"}
         waited = await route(gateway)  # nothing serves: wait for `a`, skip the failed `b`
         assert isinstance(waited, Routed) and (waited.model, waited.fallback) == ("a", ())
-        assert gateway.pool.handles["a"].sent("info") == []  # no probe while starting
-        assert gateway.pool.handles["b"].sent() == []
+        assert gateway.caller.handles["a"].sent("info") == []  # no probe while starting
+        assert gateway.caller.handles["b"].sent() == []
 
         snapshot = _snapshot(a=("UPDATING", {"STARTING": 1}), b=("HEALTHY", {"RUNNING": 1}))
         await asyncio.sleep(0.05)
-        assert gateway.pool.unavailable() == {}
+        assert gateway.caller.unavailable() == {}
         served = await route(gateway)  # `b` serves: the starting `a` is passed over
         assert isinstance(served, Routed) and served.model == "b"
-        assert "a: unhealthy" in served.reason and gateway.pool.handles["a"].sent() == [ANY]
+        assert "a: unhealthy" in served.reason and gateway.caller.handles["a"].sent() == [ANY]
 
     asyncio.run(run())
 
@@ -259,16 +259,16 @@ def test_a_model_scaled_to_zero_is_routed_to_and_waited_for() -> None:
     async def run() -> None:
         gateway = make_gateway("slow", "ok")  # `a` answers after 4x first_token_timeout_s
         snapshot = _snapshot(a=("HEALTHY", {}), b=("HEALTHY", {"RUNNING": 2}))
-        gateway.pool.deployments = DeploymentStatusView(
-            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        gateway.caller.deployments = DeploymentStatusView(
+            gateway.caller.handles, poll_s=0.01, read_status=lambda: snapshot
         )
-        await gateway.pool.start()
-        assert gateway.pool.deployments.get("a").phase == "idle"
-        assert (gateway.pool.deployments.get("b").replicas, gateway.pool.starting()) == (2, [])
-        assert gateway.pool.unavailable() == {}
+        await gateway.start()
+        assert gateway.caller.deployments.get("a").phase == "idle"
+        assert (gateway.caller.deployments.get("b").replicas, gateway.caller.starting()) == (2, [])
+        assert gateway.caller.unavailable() == {}
         waited = await route(gateway)
         assert isinstance(waited, Routed) and waited.model == "a"
-        assert gateway.pool.handles["a"].sent("info") == []  # waited, not probed
+        assert gateway.caller.handles["a"].sent("info") == []  # waited, not probed
 
     asyncio.run(run())
 
@@ -281,16 +281,16 @@ def test_calls_queued_behind_busy_live_replicas_are_waited_for_not_probed() -> N
     async def run() -> None:
         gateway = make_gateway("slow", "ok")  # first_token_timeout_s 0.05, answers after 0.2 s
         snapshot = _snapshot(a=("HEALTHY", {"RUNNING": 1}), b=("HEALTHY", {"RUNNING": 1}))
-        gateway.pool.deployments = DeploymentStatusView(
-            gateway.pool.handles, poll_s=0.01, read_status=lambda: snapshot
+        gateway.caller.deployments = DeploymentStatusView(
+            gateway.caller.handles, poll_s=0.01, read_status=lambda: snapshot
         )
-        await gateway.pool.start()
+        await gateway.start()
         body = {"model": "a", "messages": HI}
         both = await asyncio.gather(
             *(gateway.route("chat", ChatCompletionRequest, body, {}) for _ in range(2))
         )
         assert [isinstance(r, Routed) and r.model for r in both] == ["a", "a"]
-        assert gateway.pool.handles["a"].sent("info") == [] and gateway.pool.health.down == {}
+        assert gateway.caller.handles["a"].sent("info") == [] and gateway.caller.health.down == {}
 
     asyncio.run(run())
 
@@ -301,12 +301,12 @@ def test_a_probe_refused_for_backpressure_finds_the_model_busy_not_down() -> Non
 
     async def run() -> None:
         gateway = make_gateway("slow", "ok")
-        handle = gateway.pool.handles["a"]
+        handle = gateway.caller.handles["a"]
         handle.probe_backpressure = True
-        await gateway.pool.start()
+        await gateway.start()
         routed = await route(gateway)
         assert isinstance(routed, Routed) and routed.model == "a"
-        assert handle.sent("info") and gateway.pool.health.down == {}
+        assert handle.sent("info") and gateway.caller.health.down == {}
 
     asyncio.run(run())
 
@@ -314,8 +314,8 @@ def test_a_probe_refused_for_backpressure_finds_the_model_busy_not_down() -> Non
 def test_without_a_serve_controller_every_deployment_is_unknown() -> None:
     async def run() -> None:
         gateway = make_gateway()
-        await gateway.pool.start()  # no Ray in this process: probes and timeouts alone
-        assert set(gateway.pool.deployments.states.values()) == {UNKNOWN}
+        await gateway.start()  # no Ray in this process: probes and timeouts alone
+        assert set(gateway.caller.deployments.states.values()) == {UNKNOWN}
         assert isinstance(await route(gateway), Routed)
 
     asyncio.run(run())
@@ -337,7 +337,7 @@ def test_only_http_streams_ask_the_replica_for_sse_bytes(
         body = {"messages": HI, "stream": stream}
         outcome = await gateway.route("chat", ChatCompletionRequest, body, {}, sse=http)
         await answer(outcome)
-        (call,) = gateway.pool.handles["a"].sent()  # type: ignore[attr-defined]
+        (call,) = gateway.caller.handles["a"].sent()  # type: ignore[attr-defined]
         assert call.sse is sse
 
     asyncio.run(run())

@@ -12,7 +12,7 @@ from fake_models import Behaviour, FakeHandle
 
 from configs.model_config import RouterAppConfig
 from deployments.protocol.errors import ErrorResponse, OpenAIError
-from deployments.protocol.preprocess import PREPROCESS_HEADER, PreprocessReport
+from deployments.protocol.preprocess_plan import PREPROCESS_HEADER, PreprocessReport
 from deployments.protocol.requests import ChatCompletionRequest
 from router.dispatch import Routed
 from router.gateway import Gateway
@@ -43,12 +43,12 @@ def test_truncation_is_allowed_only_where_no_longer_context_remains(stream: bool
     gw = gateway(["a", "b"], a="context", preprocessing=TRUNCATE_BOTH)
     routed = run(gw, stream=stream)
     assert isinstance(routed, Routed) and routed.model == "b" and routed.fallback == ("a",)
-    (to_a,), (to_b,) = gw.pool.handles["a"].sent(), gw.pool.handles["b"].sent()  # type: ignore[attr-defined]
+    (to_a,), (to_b,) = gw.caller.handles["a"].sent(), gw.caller.handles["b"].sent()  # type: ignore[attr-defined]
     assert not to_a.preprocess.fit_context, "b holds more: a must not drop content"
     assert to_b.preprocess.fit_context
     gw = gateway(["b", "a"], preprocessing=TRUNCATE_BOTH)
     run(gw)
-    (to_b,) = gw.pool.handles["b"].sent()  # type: ignore[attr-defined]
+    (to_b,) = gw.caller.handles["b"].sent()  # type: ignore[attr-defined]
     assert to_b.preprocess.fit_context, "the longest context goes first: it may truncate"
 
 
@@ -60,7 +60,7 @@ def test_text_rules_follow_the_scope_of_each_candidate() -> None:
     }
     gw = gateway(["a", "b"], a="context", preprocessing=rules)
     run(gw)
-    (to_a,), (to_b,) = gw.pool.handles["a"].sent(), gw.pool.handles["b"].sent()  # type: ignore[attr-defined]
+    (to_a,), (to_b,) = gw.caller.handles["a"].sent(), gw.caller.handles["b"].sent()  # type: ignore[attr-defined]
     assert [m.text() for m in to_a.request.messages] == [
         "alias prompt",
         "hi   there\n\n\n\nyou",
@@ -70,11 +70,11 @@ def test_text_rules_follow_the_scope_of_each_candidate() -> None:
     assert to_b.preprocess.compacted == [("hi   there\n\n\n\nyou", "hi there\n\nyou")]
     gw = gateway(["a", "b"], preprocessing=rules)
     run(gw, {"x-ascend-router-tenant": "t"}, model="a")
-    (to_a,) = gw.pool.handles["a"].sent()  # type: ignore[attr-defined]
+    (to_a,) = gw.caller.handles["a"].sent()  # type: ignore[attr-defined]
     assert to_a.request.messages[0].text() == "tenant prompt", "tenant over alias"
     gw = gateway(["a", "b"])
     run(gw)
-    (to_a,) = gw.pool.handles["a"].sent()  # type: ignore[attr-defined]
+    (to_a,) = gw.caller.handles["a"].sent()  # type: ignore[attr-defined]
     assert to_a.preprocess is None, "no rules: nothing extra is sent"
 
 
@@ -103,7 +103,7 @@ def test_a_flooding_key_gets_429_before_any_model_is_called() -> None:
     assert isinstance(refused, ErrorResponse) and refused.status_code == 429
     assert refused.retry_after_s == 30 and refused.error.code == "rate_limit_exceeded"
     assert isinstance(run(gw, {"authorization": "Bearer k2"}), Routed)
-    assert len(gw.pool.handles["a"].sent()) == 3  # type: ignore[attr-defined]
+    assert len(gw.caller.handles["a"].sent()) == 3  # type: ignore[attr-defined]
     text = gw.metrics.render().decode()
     assert 'ascend_router_rate_limited_total{kind="requests",limit="per_key"} 1.0' in text
 

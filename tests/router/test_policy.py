@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from configs.policy_config import ModelCapabilities, PolicyConfig
+from configs.policy_validation import check_policy
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.validation import parse_request
@@ -211,7 +212,7 @@ def test_decide_errors(
 
 def test_auto_implied_by_default_targets() -> None:
     policy = PolicyConfig(default_targets=["mid", "big"])
-    policy.validate_against(MODELS)
+    check_policy(policy, MODELS)
     decision = decide(RequestFeatures(), MODELS, {}, policy)
     assert (decision.rule, decision.candidates) == ("default", ("mid", "big"))
 
@@ -281,9 +282,9 @@ VALIDATION_CASES = [
 
 
 @pytest.mark.parametrize(("overrides", "pattern"), VALIDATION_CASES)
-def test_validate_against_rejects(overrides: dict[str, Any], pattern: str) -> None:
+def test_check_policy_rejects(overrides: dict[str, Any], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
-        make_policy(**overrides).validate_against(MODELS)
+        check_policy(make_policy(**overrides), MODELS)
 
 
 # fmt: off
@@ -301,8 +302,8 @@ VALID_CASES = [
 
 
 @pytest.mark.parametrize("overrides", VALID_CASES)
-def test_validate_against_accepts(overrides: dict[str, Any]) -> None:
-    make_policy(**overrides).validate_against(MODELS)
+def test_check_policy_accepts(overrides: dict[str, Any]) -> None:
+    check_policy(make_policy(**overrides), MODELS)
 
 
 TOOL_DEFS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]

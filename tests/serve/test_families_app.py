@@ -22,7 +22,7 @@ from ray import serve
 from transformers import AutoTokenizer
 
 from cli.tiny_models_cmd import make_tiny_models
-from deployments.chat_template import ChatTemplate
+from deployments.prompting.chat_template import ChatTemplate
 from deployments.toolcalls.assemble import accumulate
 from router.app import build_app
 from tests.scripted_engine import script_marker, script_tokens

@@ -24,7 +24,7 @@ from ray.util import list_named_actors
 from safetensors.torch import load_file, save_file
 from serve_helpers import FAST, post_stream, side_app, side_model, stream_text, wait_healthy
 
-from engine.lora.tiny_adapters import TinyLoraSpec, make_tiny_loras
+from fixtures.tiny_adapters import TinyLoraSpec, make_tiny_loras
 
 pytestmark = pytest.mark.serve
 

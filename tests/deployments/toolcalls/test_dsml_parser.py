@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolcall_cases import MARKUP, Run, random_chunks, run_chunks, summary
 
-from deployments.prompt_encoders.dsml import invoke as write_invoke
+from deployments.prompting.encoders.dsml import invoke as write_invoke
 from deployments.toolcalls import dsml
 from deployments.toolcalls.assemble import accumulate, finish_reason
 from deployments.toolcalls.events import ToolCallAbort, ToolCallArgsDelta, ToolCallStart

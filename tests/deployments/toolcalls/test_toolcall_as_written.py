@@ -16,7 +16,7 @@ from toolcall_cases import random_chunks, summary
 from toolcall_samples import AS_WRITTEN, TOOLS, Sample, with_tools
 
 from deployments.protocol.tools import parse_tool_choice
-from deployments.tool_output import ToolOutput
+from deployments.streaming.tool_output import ToolOutput
 from deployments.toolcalls.assemble import accumulate
 from deployments.toolcalls.choice import parser_for_choice
 from deployments.toolcalls.registry import get_parser

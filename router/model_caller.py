@@ -1,0 +1,244 @@
+"""Calls to the model deployments: admission, the call and its timeouts, health and load.
+
+Every call is counted in flight while it runs and bounded in time: when no answer (the first
+stream item, or the whole non-streamed response) has come after `first_token_timeout_s`, the
+model is probed and the call ends unless the probe succeeds, and no call waits longer than
+`response_timeout_s`; while the Serve controller reports the model's deployment as still
+starting, or scaled to zero (`router.deployment_status`), or reports it serving while this
+router's calls in flight there take every slot of its replicas (a probe would queue), the call
+waits without probing. The policy skips a deployment reported failed, and one still starting
+while another candidate serves.
+
+A failed call is classified (`router.call_failures`), and only replica faults mark the model
+down. A started stream is a `router.model_stream.ModelStream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle
+
+from configs.model_config import RouterAppConfig
+from deployments.protocol.preprocess_plan import PreprocessPlan
+from deployments.protocol.request_id import current_request_id
+from router.call_failures import CallFailed, replica_fault
+from router.deployment_status import DeploymentStatusView
+from router.health import HealthView
+from router.load import LoadTracker, ModelLimits
+from router.model_catalog import ModelCatalog
+from router.model_stream import ModelStream
+from router.policy import ModelState
+
+logger = logging.getLogger(__name__)
+
+
+class ModelCaller:
+    """Calls the served models and keeps this router's view of their health and load.
+
+    A LoRA adapter's calls go to its base model's deployment with the adapter's `LoraSpec`, and
+    count against the base's limits; the adapter shares its base's health and load.
+
+    Args:
+        config: The application config.
+        handles: Model id -> handle of its `ModelServer` deployment.
+        catalog: The models' facts (bases of adapters, context lengths, learned here).
+    """
+
+    def __init__(
+        self,
+        config: RouterAppConfig,
+        handles: dict[str, DeploymentHandle],
+        catalog: ModelCatalog,
+    ) -> None:
+        assert set(handles) == set(catalog.configs), f"handles {sorted(handles)} != config models"
+        self.config = config
+        self.handles = handles
+        self.catalog = catalog
+        self.health = HealthView(self.probe, config.health_cooldown_s)
+        self.deployments = DeploymentStatusView(handles, config.deployment_status_poll_s)
+        self.load = LoadTracker(
+            {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models},
+            lambda model: self.deployments.get(model).replicas,
+        )
+        self.first_token_s = config.first_token_timeout_s
+
+    async def start(self) -> None:
+        """Read the deployments' state (then keep polling it); mark down, until a probe
+        succeeds, the models whose context length only their replica knows."""
+        await self.deployments.start()
+        for model in self.handles:
+            if self.catalog.context_length(model) is None:
+                self.health.mark_down(model, "context length not reported yet")
+
+    def states(self, starting_ok: bool) -> dict[str, ModelState]:
+        """Model id (LoRA adapters included) -> health and load, for the policy.
+
+        Args:
+            starting_ok: count a model whose deployment is still starting as healthy (a call
+                then waits for its replica); False leaves it out.
+        """
+        states = {m: self.load.state(m, self.healthy(m, starting_ok)) for m in self.handles}
+        states.update({name: states[base] for name, base in self.catalog.adapters.bases().items()})
+        return states
+
+    def healthy(self, model: str, starting_ok: bool) -> bool:
+        """Not marked down by a failed call, its deployment not reported failed and, unless
+        `starting_ok`, not still starting."""
+        unfit = {"failed"} if starting_ok else {"failed", "starting"}
+        return self.health.healthy(model) and self.deployments.get(model).phase not in unfit
+
+    def unavailable(self) -> dict[str, str]:
+        """Model id -> why it cannot serve now (marked down, or its deployment failed)."""
+        down = dict(self.health.down)
+        for model in self.handles:
+            state = self.deployments.get(model)
+            if state.phase == "failed":
+                down.setdefault(model, f"deployment failed: {state.message}"[:300])
+        return down
+
+    def starting(self) -> list[str]:
+        """Models whose deployment has no running replica yet."""
+        return [m for m in self.handles if self.deployments.get(m).phase == "starting"]
+
+    async def probe(self, model: str) -> None:
+        """Ask `model` for its `info` within `health_probe_timeout_s`; learn its context length.
+
+        A probe refused by the handle's `max_queued_requests` (`BackPressureError`) finds the
+        model busy, not down: it passes once the context length is known.
+
+        Raises:
+            Exception: The call failed or timed out.
+        """
+        response = self.handles[model].info.remote()
+        try:
+            info = await asyncio.wait_for(response, self.config.health_probe_timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()
+            raise
+        except BackPressureError:
+            if self.catalog.context_length(model) is None:
+                raise
+            return
+        self.catalog.learn_context_length(model, int(info["max_model_len"]))
+
+    async def unary(
+        self, model: str, method: str, request: BaseModel, plan: PreprocessPlan | None = None
+    ) -> BaseModel:
+        """One non-streamed call: the response, or an `ErrorResponse` the model returned
+        (`model`: a served model id or a LoRA adapter; `plan`: the replica's part of
+        preprocessing, for chat).
+
+        Raises:
+            CallFailed: Saturated, or down (the model, or an adapter's base, is now marked
+                down).
+        """
+        base = self.catalog.base(model)
+        self._admit(base)
+        response = getattr(self.handles[base], method).remote(request, **self._extra(model, plan))
+        try:
+            result: BaseModel = await self._answer(base, response, response.cancel)
+            return result
+        finally:
+            self.load.release(base)
+
+    async def stream(
+        self,
+        model: str,
+        method: str,
+        request: BaseModel,
+        sse: bool = False,
+        plan: PreprocessPlan | None = None,
+    ) -> ModelStream:
+        """Start one streamed call and wait for its first item (`sse`: later items are SSE
+        bytes, see `deployments.streaming.sse_relay`; `plan` as for `unary`).
+
+        Raises:
+            CallFailed: Saturated, or down (the model is now marked down).
+        """
+        base = self.catalog.base(model)
+        self._admit(base)
+        handle = self.handles[base].options(stream=True)
+        response = getattr(handle, method).remote(request, sse=sse, **self._extra(model, plan))
+        try:
+            first: BaseModel = await self._answer(base, anext(response), response.cancel)
+        except BaseException:
+            self.load.release(base)
+            raise
+        return ModelStream(
+            model,
+            first,
+            response,
+            lambda: self.load.release(base),
+            self.config.inter_token_timeout_s,
+        )
+
+    def _extra(self, model: str, plan: PreprocessPlan | None) -> dict[str, Any]:
+        """The keyword arguments of a call beyond the request: the preprocessing plan, and the
+        adapter's `LoraSpec` when `model` is a LoRA adapter."""
+        extra: dict[str, Any] = {} if plan is None else {"preprocess": plan}
+        spec = self.catalog.adapters.spec(model)
+        if spec is not None:
+            extra["lora"] = spec
+        return extra
+
+    def _admit(self, model: str) -> None:
+        if self.load.saturated(model):
+            count = self.load.counts[model]
+            raise CallFailed(model, "saturated", f"{count} requests in flight from this router")
+        self.load.acquire(model)
+
+    async def _answer(self, model: str, pending: Awaitable[Any], cancel: Callable[[], None]) -> Any:
+        """Wait for a call's answer, checking every `first_token_timeout_s` that `model` lives.
+
+        A deployment with no live replica never answers (Ray Serve's handle waits for one), so
+        a wait past `first_token_timeout_s` is followed by a probe; a failed probe ends the call
+        as *down*, a good one waits again, up to `response_timeout_s` in all.
+        """
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(pending)
+        deadline = loop.time() + self.config.response_timeout_s
+        try:
+            while True:
+                left = deadline - loop.time()
+                done, _ = await asyncio.wait({task}, timeout=min(self.first_token_s, left))
+                if done:
+                    return task.result()
+                if left <= self.first_token_s:
+                    raise TimeoutError(f"no answer in {self.config.response_timeout_s} s")
+                if self.deployments.get(model).phase in ("starting", "idle"):
+                    continue  # a replica is loading, or will be: the handle queues the call
+                if self.load.full(model) and self.deployments.get(model).phase == "serving":
+                    continue  # every slot busy (a probe would queue) on replicas that the
+                    # controller's own health checks report live
+                try:
+                    await self.probe(model)
+                except Exception as exc:
+                    logger.warning("probe of %s failed: %r", model, exc)
+                    raise TimeoutError(
+                        f"no answer in {self.first_token_s} s and the health probe failed"
+                    ) from exc
+        except BackPressureError as exc:
+            raise CallFailed(model, "saturated", exc.message) from exc
+        except Exception as exc:
+            cancel()
+            rid = current_request_id()
+            if not replica_fault(exc):
+                logger.error("request %s: %s raised for this request: %s", rid, model, exc)
+                raise CallFailed(model, "failed", f"the call raised (request {rid})") from exc
+            detail = (
+                str(exc) if isinstance(exc, TimeoutError) else "its replica died or is unreachable"
+            )
+            logger.warning("request %s: %s is down: %r", rid, model, exc)
+            self.health.mark_down(model, detail[:300])
+            raise CallFailed(model, "down", detail[:300]) from exc
+        except asyncio.CancelledError:  # our caller went away: so does the model's request
+            cancel()
+            raise
+        finally:
+            task.cancel()  # no-op once done
