@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from configs.serve_file import ConfigFileError, load_app_config
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `check-config` sub-command."""
@@ -20,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one line per model; exit 1 when the file is invalid, 2 when unreadable."""
+    from configs.serve_file import ConfigFileError, load_app_config  # pydantic models: ~0.3 s
+
     try:
         config = load_app_config(args.config)
     except ConfigFileError as exc:

@@ -22,10 +22,6 @@ import json
 import sys
 from typing import Any
 
-from deployments.protocol.tools import parse_tool_choice
-from deployments.streaming.tool_output import ToolOutput
-from deployments.toolcalls.assemble import accumulate, assemble, parse_text
-from deployments.toolcalls.choice import finalize, parser_for_choice
 from deployments.toolcalls.registry import (
     DEFAULT_PARSER_BY_FAMILY,
     NATIVE_TOOL_FORMATS,
@@ -118,6 +114,12 @@ def _parser_name(args: argparse.Namespace) -> str:
 
 
 def _parse(args: argparse.Namespace) -> dict[str, Any]:
+    # the request and streaming models are pydantic: imported when parsing, not for `--help`
+    from deployments.protocol.tools import parse_tool_choice
+    from deployments.streaming.tool_output import ToolOutput
+    from deployments.toolcalls.assemble import accumulate, assemble, parse_text
+    from deployments.toolcalls.choice import finalize, parser_for_choice
+
     name = _parser_name(args)
     tools = _load_tools(args.tools) if args.tools else None
     try:

@@ -100,8 +100,9 @@ class EngineConfig(BaseModel):
         True,
         description=(
             "Run every step op by op (vLLM's enforce_eager). False = graph mode: decode steps are "
-            "padded to the next of graph_batch_sizes and replay a graph captured for that size at "
-            "start-up (torch.compile/inductor on CPU, needing a C++ compiler; CUDA graphs, needing "
+            "padded to the next of graph_batch_sizes and replay a graph compiled for that size in "
+            "the background once the replica serves (until then that size runs eager; "
+            "torch.compile/inductor on CPU, needing a C++ compiler; CUDA graphs, needing "
             "triton; torchair's ACL graphs on Ascend, needing the `torchair` package, else "
             "start-up fails naming it); prefill and mixed steps run eager. SmolLM2 bf16 + int4 "
             "on 2 CPU cores: decode step 15.7 -> 8.4 ms at batch 1, 30.9 -> 20.9 ms at 16 "
@@ -112,10 +113,11 @@ class EngineConfig(BaseModel):
         default_factory=lambda: [1, 2, 4, 8, 16],
         min_length=1,
         description=(
-            "Graph mode: the decode batch sizes captured at start-up (vLLM's "
-            "cudagraph_capture_sizes). A decode step of D sequences runs as the graph of the "
-            "smallest size >= D, padded; larger decode steps, prefill and mixed steps run eager. "
-            "Each size costs its compile time at a cold start (see docs/graph-mode.md)."
+            "Graph mode: the decode batch sizes compiled, smallest first, in the background while "
+            "the replica already serves (vLLM's cudagraph_capture_sizes). A decode step of D "
+            "sequences runs as the graph of the smallest size >= D, padded, once that graph is "
+            "compiled; larger decode steps, prefill and mixed steps run eager. Each size costs its "
+            "compile time at a cold start, its steps eager meanwhile (see docs/graph-mode.md)."
         ),
     )
     compile_cache_dir: str | None = Field(

@@ -95,6 +95,7 @@ def build_engine(
     graphs = _graph_spec(config, spec.hybrid, max_model_len)
     _check_parallel(config, tensor_parallel_size)
     drafter = None
+    executor: Executor
     if tensor_parallel_size == 1:
         executor, spec, drafter = _local_executor(ref, config, hf_config, spec, dtype, graphs)
     else:

@@ -60,11 +60,15 @@ class DecodeGraphCapture:
         self._graphs = graphs
         self._set_threads = set_threads
         self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = False
 
     def run(self) -> None:
-        """Compile every size on this thread, putting each in use once compiled; a size that
-        fails to compile is logged and stays eager."""
+        """Compile every size on this thread, putting each in use once compiled.
+
+        Raises:
+            Exception: a size failed to compile, when run before the engine serves; in the
+                background (`start`) the failure is logged and that size stays eager.
+        """
         torch._dynamo.config.recompile_limit = max(
             torch._dynamo.config.recompile_limit, 2 * len(self._graphs.batch_sizes)
         )
@@ -75,11 +79,14 @@ class DecodeGraphCapture:
                 self._set_threads(size)
                 try:
                     self._executor.capture(size)
-                except Exception:  # the replica serves on, that size eager; the log says why
+                except Exception:
+                    if not self._background:
+                        raise  # start-up fails, as any start-up error does
+                    # the replica serves on, that size eager; the log says why
                     logger.exception("decode graph of %d rows failed to compile: eager", size)
                     continue
                 finally:
-                    if self._thread is not None:
+                    if self._background:
                         torch.seed()  # dynamo rewound the RNG the engine draws from meanwhile
                 logger.info(
                     "decode graph of %d rows in use after %.1f s (compiled in %.1f s)",
@@ -98,8 +105,8 @@ class DecodeGraphCapture:
 
     def start(self) -> None:
         """Run `run` on a background (daemon) thread and return at once."""
-        self._thread = threading.Thread(target=self.run, name="decode-graph-capture", daemon=True)
-        self._thread.start()
+        self._background = True
+        threading.Thread(target=self.run, name="decode-graph-capture", daemon=True).start()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until every size was tried (compiled or failed); False on timeout."""

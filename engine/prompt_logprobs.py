@@ -60,10 +60,11 @@ class PromptLogprobRows:
             The rest of `logits`: the sampling rows.
         """
         for s, first, n in self.spans:
-            seq = s.seq
+            seq, num_top = s.seq, s.seq.params.prompt_logprobs
+            assert num_top is not None, "a span of a sequence asking for prompt logprobs"
             start = seq.num_computed_tokens
             nxt = seq.prompt_token_ids[start + 1 : start + 1 + n]
-            entries = prompt_logprobs(logits[first : first + n], nxt, seq.params.prompt_logprobs)
+            entries = prompt_logprobs(logits[first : first + n], nxt, num_top)
             # after a preemption the prompt is recomputed: keep only positions not yet seen
             seq.prompt_logprobs.extend(entries[len(seq.prompt_logprobs) - start :])
         return logits[len(self.rows) :]

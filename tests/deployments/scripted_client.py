@@ -6,9 +6,10 @@ hand them back: `tokens_per_step` tokens per output, logprobs when the sampling 
 for them, prompt logprobs on the first output, `length` when `max_tokens` cuts the script, and
 an error output (`finish_reason="error"`, `error_kind`) where the script fails.
 
-The real engine is tested through this same seam by `tests/scripted_engine.py` and
-`tests/faulty_engine.py`, which sit one layer lower (an `LLMEngine` subclass under the real
-`AsyncEngine`, selected by a deployment's `engine_class`) and need the real model.
+The Serve and engine tests script one layer lower instead: `tests/scripted_engine.py` and
+`tests/faulty_engine.py` are `LLMEngine` subclasses under the real `AsyncEngine` (a deployment's
+`engine_class`), which run the real model and test the engine thread and Ray paths this client
+leaves out.
 """
 
 from __future__ import annotations

@@ -150,12 +150,22 @@ def test_n_choices_are_indexed_interleaved_and_sampled_as_one_group(tokenizer, g
     assert (first.params.seed, second.params.seed) == (7, 8)
 
 
-def test_stop_string_cuts_the_text_and_aborts_the_engine_request(tokenizer, grammars) -> None:
-    handler, engine = make_handler(tokenizer, grammars, [Script("One two. Three four. Five.")])
-    chunks = stream(handler, request(stream=True, stop=["Three"]))
+@pytest.mark.parametrize("tokens_per_step", [1, 3])
+def test_stop_string_cuts_the_text_and_aborts_the_engine_request(
+    tokenizer, grammars, tokens_per_step
+) -> None:
+    text = "One two. Three four. Five."
+    script = Script(text, tokens_per_step=tokens_per_step)
+    handler, engine = make_handler(tokenizer, grammars, [script])
+    req = request(stream=True, stop=["Three"], stream_options={"include_usage": True})
+    chunks = stream(handler, req)
     assert content(chunks) == "One two. "
     assert finish_reasons(chunks) == {0: "stop"}
     assert engine.streams[0].aborted, "the tokens after the stop string are not generated"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    through_stop = next(k for k in range(len(ids)) if "Three" in tokenizer.decode(ids[:k]))
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == through_stop  # a run is cut at the stop too
 
 
 def test_max_tokens_ends_with_length(tokenizer, grammars) -> None:

@@ -3,12 +3,14 @@ the order in which the step calls its hooks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
 from configs.speculative_config import SpeculativeConfig
+from engine.llm_engine import LLMEngine
 from engine.postprocess import sampling_rows
 from engine.prompt_logprobs import PromptLogprobRows
 from engine.sampling_params import SamplingParams
@@ -59,8 +61,14 @@ def test_prompt_logprob_rows_come_first_then_one_row_per_sample_and_per_draft_to
     assert last.prompt_logprobs[1].logprob == pytest.approx(expected, abs=1e-6)
 
 
-def test_execute_returns_hidden_states_only_when_the_step_asks(make_engine) -> None:
-    engine = make_engine(num_kv_blocks=16)
+@pytest.fixture(scope="module")
+def ngram_engine(make_engine: Callable[..., LLMEngine]) -> LLMEngine:
+    """SmolLM2 with prompt-lookup speculation (k = 2)."""
+    return make_engine(speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2))
+
+
+def test_execute_returns_hidden_states_only_when_the_step_asks(ngram_engine: LLMEngine) -> None:
+    engine = ngram_engine
     tokens = list(range(100, 109))
     blocks = [list(range(-(-len(tokens) // engine.config.block_size)))]
     plain = StepInput(tokens, [0], [len(tokens)], blocks, [3, 8], [len(tokens)])
@@ -75,8 +83,9 @@ def test_execute_returns_hidden_states_only_when_the_step_asks(make_engine) -> N
     torch.testing.assert_close(with_hidden.logits, result.logits)
 
 
-def test_step_calls_execute_then_postprocess_then_speculation(make_engine) -> None:
-    engine = make_engine(speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2))
+def test_step_calls_execute_then_postprocess_then_speculation(ngram_engine: LLMEngine) -> None:
+    engine = ngram_engine
+    assert engine.speculator is not None
     calls: list[str] = []
     execute, process = engine.executor.execute, engine.outputs.process
     follow = engine.speculator.follow_step

@@ -3,8 +3,8 @@
 A graph-mode engine answers before its graphs are compiled; its greedy tokens equal an eager
 engine's (up to near-ties of transformers' own logits, top-2 gap < 1e-4, the tolerance of
 `test_decode_graphs.py`) whichever of its steps ran eager and which replayed a graph; every size
-is put in use once compiled, each switch logged; a size that fails to compile is logged and
-stays eager while the others are put in use.
+is put in use once compiled, each switch logged; a size that fails to compile in the background
+is logged and stays eager while the others are put in use (before serving, it fails start-up).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _wait_for_log(caplog: pytest.LogCaptureFixture, text: str, timeout_s: float 
         time.sleep(0.05)
 
 
-def test_a_size_that_fails_to_compile_stays_eager(
+def test_a_size_that_fails_to_compile_in_the_background_stays_eager(
     checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     torch._dynamo.reset()
@@ -100,11 +100,15 @@ def test_a_size_that_fails_to_compile_stays_eager(
         # size 2 is no graph of this runner: its capture raises, size 1 is compiled already
         capture = DecodeGraphCapture(engine.executor, DecodeGraphSpec((1, 2), 16), lambda n: None)
         with caplog.at_level(logging.INFO, logger="engine.graph_capture"):
-            capture.run()
-        assert capture.wait(0)
+            capture.start()
+            assert capture.wait(600)
         failed = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert len(failed) == 1 and "decode graph of 2 rows failed" in failed[0].getMessage()
         assert "no decode graph of size 2" in str(failed[0].exc_info[1])
         assert engine.executor.decode_graphs_in_use() == frozenset({1})
+        # before serving (tensor-parallel ranks capture so), a failure fails start-up
+        before = DecodeGraphCapture(engine.executor, DecodeGraphSpec((2,), 16), lambda n: None)
+        with pytest.raises(ValueError, match="no decode graph of size 2"):
+            before.run()
     finally:
         engine.shutdown()
