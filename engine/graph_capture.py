@@ -7,7 +7,8 @@ is put in use as soon as its graph is compiled (`ModelRunner.graphs_in_use`): de
 size replay it from the next step on, the others stay eager. Each switch is logged (`decode graph
 of N rows in use after S s`) and counted (`ascend_router_decode_graphs_in_use`).
 
-Why compiling beside live steps is safe in one process (`Executor.concurrent_capture`):
+Why compiling beside live steps is safe in one process (`Executor.concurrent_capture`), and
+responsive:
 - The capture step holds padding rows only: it writes the padding block, which no request owns,
   and inductor writes the KV cache in place at the step's slots (its generated code stores each
   new K/V row at its slot, no copy of the cache; checked on torch 2.13), so no block of a live
@@ -19,6 +20,11 @@ Why compiling beside live steps is safe in one process (`Executor.concurrent_cap
   its own.
 - Only this thread compiles. The engine thread replays sizes already in use, whose guards pass,
   so it never waits on dynamo's compile lock.
+- The engine thread's kernels release the GIL (`npu_ops/cpu_kernels/gil.h`; a SmolLM2 eager decode
+  step makes ~150 such calls), and while this thread traces (pure Python) each waits up to the
+  interpreter's switch interval to get it back: 150 GIL-releasing 20 us calls took 0.63 s beside a
+  Python-bound thread at the default 5 ms, 0.06 s at 0.2 ms, 0.025 s alone (2 shared cores). The
+  interval is lowered to `SWITCH_INTERVAL_S` while this thread compiles.
 - Dynamo restores the process's global RNG state when a compile ends
   (`torch._dynamo.convert_frame.preserve_global_state`), which would make unseeded sampling replay
   the draws made during the compile; this thread reseeds the global RNG right after each size
@@ -31,6 +37,7 @@ capture step's collectives would interleave with the engine's steps on the ranks
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +48,10 @@ from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import Executor
 
 logger = logging.getLogger(__name__)
+
+SWITCH_INTERVAL_S = 0.0002
+"""The interpreter's GIL switch interval while graphs compile in the background (default 5 ms),
+so that the engine thread gets the GIL back soon after each kernel."""
 
 
 class DecodeGraphCapture:
@@ -73,6 +84,9 @@ class DecodeGraphCapture:
             torch._dynamo.config.recompile_limit, 2 * len(self._graphs.batch_sizes)
         )
         start = time.perf_counter()
+        interval = sys.getswitchinterval()
+        if self._background:
+            sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
         try:
             for size in self._graphs.batch_sizes:
                 began = time.perf_counter()
@@ -101,6 +115,7 @@ class DecodeGraphCapture:
                 time.perf_counter() - start,
             )
         finally:
+            sys.setswitchinterval(interval)
             self._done.set()
 
     def start(self) -> None:

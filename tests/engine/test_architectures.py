@@ -16,7 +16,7 @@ from transformers import DeepseekV4Config, DeepseekV32Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-import engine.llm_engine
+import engine.engine_builder
 from cli import plan_cmd
 from configs.engine_config import EngineConfig
 from engine.architectures import REFUSED_MODEL_TYPES, SUPPORTED_MODEL_TYPES
@@ -61,7 +61,7 @@ def no_weight_loading(monkeypatch: pytest.MonkeyPatch) -> None:
     def load_model(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("weights loaded before the architecture was refused")
 
-    monkeypatch.setattr(engine.llm_engine, "load_model", load_model)
+    monkeypatch.setattr(engine.engine_builder, "load_model", load_model)
 
 
 def _refusal(path: Path) -> str:

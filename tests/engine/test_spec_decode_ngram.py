@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from transformers import AutoModelForCausalLM
 
 from configs.engine_config import EngineConfig
-from engine import llm_engine
 from engine.block_manager import BlockManager
 from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
@@ -27,6 +26,7 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
+from engine.spec_decode import speculator
 from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 from npu_ops.graph_mode import CPP_COMPILERS
 
@@ -215,14 +215,14 @@ def test_a_stop_token_inside_an_accepted_run_ends_the_request_there(
 ) -> None:
     ref = tokens(run(pair["off"], [("r", copy_prompt, greedy(40))])["r"])
     verified: list[list[int]] = []
-    real_verify = llm_engine.verify
+    real_verify = speculator.verify
 
     def spy(*args: Any) -> Any:
         result = real_verify(*args)
         verified.append(result.token_ids)
         return result
 
-    monkeypatch.setattr(llm_engine, "verify", spy)
+    monkeypatch.setattr(speculator, "verify", spy)
     truncated = False
     for at in range(12, 30):  # stop tokens first seen at `at`, until one lands mid-run
         if ref[at] in ref[:at]:
