@@ -88,6 +88,7 @@ def build_engine(
     threads = CpuThreads(config, platform)
     ref = CheckpointRef.from_path(checkpoint)
     hf_config = load_config(ref)
+    eos = eos_token_ids(ref, hf_config)
     dtype = resolve_dtype(config.dtype, platform)
     device = platform.device()
     max_model_len = config.max_model_len or int(getattr(hf_config, "max_position_embeddings", 2048))
@@ -139,7 +140,7 @@ def build_engine(
         hf_config=hf_config,
         dtype=dtype,
         device=device,
-        eos_token_ids=eos_token_ids(ref, hf_config),
+        eos_token_ids=eos,
         max_model_len=max_model_len,
         threads=threads,
         executor=executor,

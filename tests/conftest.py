@@ -5,8 +5,8 @@ Ray Serve is started once per test session (on a port other than 8000, so a user
 
 Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serve) at
 collection, and put in the xdist group `ray`: under `pytest -n 2` one worker starts Ray once and
-runs them all while the other runs the CPU tests. `pytest -m "not ray and not slow"` is the
-fast tier: no Ray, no server.
+runs them all while the other runs the CPU tests. `pytest -m "not ray"` is the fast tier: no
+Ray, no server.
 """
 
 from __future__ import annotations
