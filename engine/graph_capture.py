@@ -26,9 +26,8 @@ responsive:
   Python-bound thread at the default 5 ms, 0.06 s at 0.2 ms, 0.025 s alone (2 shared cores). The
   interval is lowered to `SWITCH_INTERVAL_S` while this thread compiles.
 - Dynamo restores the process's global RNG state when a compile ends
-  (`torch._dynamo.convert_frame.preserve_global_state`), which would make unseeded sampling replay
-  the draws made during the compile; this thread reseeds the global RNG right after each size
-  (only draws in the few milliseconds between the two can repeat).
+  (`torch._dynamo.convert_frame.preserve_global_state`); unseeded sampling does not draw from it
+  (`engine.sampler.unseeded_generator`), so no draw repeats.
 
 Tensor parallel ranks (`engine.parallel`) capture before the replica is ready, as before: a
 capture step's collectives would interleave with the engine's steps on the ranks' process group.
@@ -99,9 +98,6 @@ class DecodeGraphCapture:
                     # the replica serves on, that size eager; the log says why
                     logger.exception("decode graph of %d rows failed to compile: eager", size)
                     continue
-                finally:
-                    if self._background:
-                        torch.seed()  # dynamo rewound the RNG the engine draws from meanwhile
                 logger.info(
                     "decode graph of %d rows in use after %.1f s (compiled in %.1f s)",
                     size,

@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 class EngineStats:
     """A snapshot of the engine's load, for metrics and routing (`lora`: see
     `engine.lora.manager.LoraStats`, None when LoRA is off; `spec`: the speculative decoding
-    counters, None when speculation is off)."""
+    counters, None when speculation is off; `decode_graphs_in_use`: the decode graph sizes
+    compiled so far, `engine.graph_capture`, 0 in eager mode)."""
 
     num_running: int
     num_waiting: int
@@ -46,6 +47,7 @@ class EngineStats:
     prefix_cache_hits: int
     lora: LoraStats | None = None
     spec: SpecDecodeStats | None = None
+    decode_graphs_in_use: int = 0
 
 
 class LLMEngine:
@@ -191,6 +193,7 @@ class LLMEngine:
             bm.stats.hits,
             self.lora_stats(),
             self.speculator.stats() if self.speculator is not None else None,
+            len(self.executor.decode_graphs_in_use()),
         )
 
     # ---- the step -------------------------------------------------------------------------

@@ -19,6 +19,24 @@ from engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
 
+_UNSEEDED: dict[torch.device, torch.Generator] = {}
+
+
+def unseeded_generator(device: torch.device) -> torch.Generator:
+    """The engine's own generator for requests without a seed, one per device, seeded from the
+    OS on first use.
+
+    Not torch's global RNG: dynamo restores the global RNG state when a compile ends
+    (`torch._dynamo.convert_frame.preserve_global_state`), so while decode graphs compile in
+    the background (`engine.graph_capture`) draws from it would repeat earlier ones.
+    """
+    generator = _UNSEEDED.get(device)
+    if generator is None:
+        generator = torch.Generator(device=device)
+        generator.seed()
+        _UNSEEDED[device] = generator
+    return generator
+
 
 def process_row(
     logits: torch.Tensor, i: int, seq: Sequence, outputs: list[int] | None = None
@@ -135,7 +153,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
     chosen = logits.argmax(dim=-1)
     if not bool(greedy.all()):
         probs = sampling_probs(logits, params)
-        q = torch.empty_like(probs).exponential_()
+        q = torch.empty_like(probs).exponential_(generator=unseeded_generator(probs.device))
         for i, seq in enumerate(seqs):
             if seq.generator is not None and not params[i].greedy:
                 q[i] = torch.empty(probs.shape[-1]).exponential_(generator=seq.generator)

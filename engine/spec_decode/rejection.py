@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.outputs import TokenLogprob
-from engine.sampler import logprob_entries, process_row, sampling_probs
+from engine.sampler import logprob_entries, process_row, sampling_probs, unseeded_generator
 from engine.sequence import Sequence
 
 
@@ -53,7 +53,8 @@ def rejection_sample(
             of the token at draft position j (row k: the bonus position).
         draft: the k draft token ids.
         generator: the request's CPU generator (seeded requests): one `Exp(1)` vector is drawn
-            per emitted token, lazily. None: the global RNG, all k + 1 vectors at once.
+            per emitted token, lazily. None: the engine's unseeded generator, all k + 1 vectors
+            at once.
 
     Returns:
         The emitted tokens: `draft[:a]` and the target's token at position `a` (`a` = draft
@@ -62,7 +63,9 @@ def rejection_sample(
     k = len(draft)
     assert probs.shape[0] == k + 1, f"{probs.shape[0]} probability rows for {k} draft tokens"
     if generator is None:
-        race = probs / torch.empty_like(probs).exponential_()
+        race = probs / torch.empty_like(probs).exponential_(
+            generator=unseeded_generator(probs.device)
+        )
         targets = race.argmax(dim=-1).tolist()
         kept = _num_kept(targets, draft)
         return [*draft[:kept], targets[kept]]

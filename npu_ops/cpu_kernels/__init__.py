@@ -13,9 +13,10 @@
   `cpu` implementation of the registry op of that name: it reads K/V in place through the
   block table instead of gathering every sequence's context into a new tensor per layer.
 
-Compilation needs a C++ compiler and `ninja` and takes ~25 s once per host; the result is cached
-by torch (`TORCH_EXTENSIONS_DIR`, default `~/.cache/torch_extensions`) and re-used by every
-later process, including replacement replicas.
+Compilation needs a C++ compiler and `ninja` and takes ~25 s per kernel once per host (setup.sh
+does it: `python -m npu_ops.cpu_kernels`); the result is cached by torch (`TORCH_EXTENSIONS_DIR`,
+default `~/.cache/torch_extensions`) and re-used by every later process, including replacement
+replicas.
 
 Each operator also gets a fake (meta) implementation (`torch.library.register_fake`) that gives
 its output's shape and dtype without running it, so `torch.compile` (the engine's captured decode
@@ -67,6 +68,9 @@ _VNNI_FLAGS = (*_BASE_FLAGS, "avx512_vnni")
 INT4_INT8_GEMM = Kernel("int4_int8_gemm", _VNNI_FLAGS)
 INT8_INT8_GEMM = Kernel("int8_int8_gemm", _VNNI_FLAGS)
 PAGED_DECODE_ATTENTION = Kernel("paged_decode_attention", _BASE_FLAGS)
+KERNELS = (INT4_INT8_GEMM, INT8_INT8_GEMM, PAGED_DECODE_ATTENTION)
+"""Every kernel: `python -m npu_ops.cpu_kernels` (run by setup.sh) compiles those this host can
+run, so a first `serve run` does not wait for them."""
 
 
 def cpu_flags() -> frozenset[str]:

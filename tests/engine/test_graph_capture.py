@@ -71,6 +71,7 @@ def test_engine_answers_before_its_graphs_compile_then_switches_size_by_size(
         in_use_at_answer = engine.executor.decode_graphs_in_use()
         assert in_use_at_answer != frozenset(SIZES), "answered only once every graph was in use"
         assert wait_for_decode_graphs(engine.executor, SIZES, 600)
+        assert engine.stats().decode_graphs_in_use == len(SIZES)  # the metric's source
         then = _generate(engine, prompts)  # 3 sequences: the graph of 4 rows, then 1
         for i, p in enumerate(prompts):
             assert_same_until_tie(first[str(i)], want[str(i)], p, hf)
