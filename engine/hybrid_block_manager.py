@@ -88,9 +88,9 @@ class HybridBlockManager(BlockManager):
         first = self._first_live(hit * self.block_size)
         seq.sliding_table = [-1] * first
         for i in range(first, hit):
-            block = self.sliding.take_cached(digests[i])
-            assert block is not None
-            seq.sliding_table.append(block)
+            cached = self.sliding.take_cached(digests[i])
+            assert cached is not None, "the hit was cut back to cached sliding blocks"
+            seq.sliding_table.append(cached)
         seq.num_computed_tokens = hit * self.block_size
         return seq.num_computed_tokens
 
