@@ -4,9 +4,11 @@ Ray Serve is started once per test session (on a port other than 8000, so a user
 `serve run` is not disturbed) and shut down at the end.
 
 Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serve) at
-collection, and put in the xdist group `ray`: under `pytest -n 2` one worker starts Ray once and
-runs them all while the other runs the CPU tests. `pytest -m "not ray"` is the fast tier: no
-Ray, no server.
+collection and put in an xdist group, so that under `pytest -n 2` each group runs on one worker:
+`serve` (the Serve instance on `SERVE_PORT`, started once), `ray` (tensor-parallel engines on a
+Ray instance of their worker's own) and `multinode` (tests/test_multi_node.py, a simulated
+cluster in a subprocess); the CPU tests fill the workers around them. `pytest -m "not ray"` is
+the fast tier: no Ray, no server.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ RAY_FIXTURES = frozenset({"ray_session", "serve_url"})
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that need Ray `ray` (`serve` too on Ray Serve) and group them on one
-    xdist worker (see the module docstring)."""
+    """Mark the tests that need Ray `ray` (`serve` too on Ray Serve) and put them in xdist
+    groups (see the module docstring); a test that names its own group keeps it."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "serve_url" in fixtures:
             item.add_marker(pytest.mark.serve)
-        if fixtures & RAY_FIXTURES or item.get_closest_marker("serve"):
-            item.add_marker(pytest.mark.ray)
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        serve = item.get_closest_marker("serve") is not None
+        if not (fixtures & RAY_FIXTURES or serve):
+            continue
+        item.add_marker(pytest.mark.ray)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("serve" if serve else "ray"))
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.serve
+# a cluster of its own: its group may run beside the `serve` group (tests/conftest.py)
+pytestmark = [pytest.mark.serve, pytest.mark.xdist_group("multinode")]
 
 
 def test_multi_node_suite(tmp_path: Path) -> None:
