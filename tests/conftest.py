@@ -7,8 +7,11 @@ Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serv
 collection and put in an xdist group, so that under `pytest -n 2` each group runs on one worker:
 `serve` (the Serve instance on `SERVE_PORT`, started once), `ray` (tensor-parallel engines on a
 Ray instance of their worker's own) and `multinode` (tests/test_multi_node.py, a simulated
-cluster in a subprocess); the CPU tests fill the workers around them. `pytest -m "not ray"` is
-the fast tier: no Ray, no server.
+cluster in a subprocess); the CPU tests fill the workers around them.
+
+Tests that build a model (an engine, a transformers model, a compiled graph) are marked `slow`
+(tests/engine but its unit modules, and `SLOW_MODULES`). `pytest -m "not ray and not slow"` is
+the fast tier: no Ray, no server, no model built.
 """
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ SERVE_PORT = int(os.environ.get("ASCEND_ROUTER_TEST_PORT", "8123"))
 RAY_FIXTURES = frozenset({"ray_session", "serve_url"})
 """Fixtures that start Ray: a test using one (directly or through another fixture) needs Ray."""
 
+ENGINE_UNIT_MODULES = frozenset(
+    {"test_scheduler_and_blocks", "test_sampler", "test_rejection_sampler",
+     "test_ngram_proposer", "test_lora_units"}
+)  # fmt: skip
+"""The modules of tests/engine that build no model; every other one there is `slow`."""
+
+SLOW_MODULES = frozenset(
+    {"test_plan_matches_engine", "test_lora_throughput", "test_spec_decode_bench",
+     "test_graph_mode"}
+)  # fmt: skip
+"""Modules outside tests/engine that build engines or compile graphs: `slow` too."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,6 +48,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "serve_url" in fixtures:
             item.add_marker(pytest.mark.serve)
+        module = item.path.stem
+        if module in SLOW_MODULES or (
+            item.path.parent.name == "engine" and module not in ENGINE_UNIT_MODULES
+        ):
+            item.add_marker(pytest.mark.slow)
         serve = item.get_closest_marker("serve") is not None
         if not (fixtures & RAY_FIXTURES or serve):
             continue
