@@ -23,8 +23,9 @@ _UNSEEDED: dict[torch.device, torch.Generator] = {}
 
 
 def unseeded_generator(device: torch.device) -> torch.Generator:
-    """The engine's own generator for requests without a seed, one per device, seeded from the
-    OS on first use.
+    """The engine's own generator for requests without a seed, one per device, started from
+    torch's initial seed (as torch's default generator is: a fresh replica draws the same
+    sequence every run, as it did when it drew from the default generator).
 
     Not torch's global RNG: dynamo restores the global RNG state when a compile ends
     (`torch._dynamo.convert_frame.preserve_global_state`), so while decode graphs compile in
@@ -32,8 +33,7 @@ def unseeded_generator(device: torch.device) -> torch.Generator:
     """
     generator = _UNSEEDED.get(device)
     if generator is None:
-        generator = torch.Generator(device=device)
-        generator.seed()
+        generator = torch.Generator(device=device).manual_seed(torch.initial_seed())
         _UNSEEDED[device] = generator
     return generator
 
