@@ -4,10 +4,9 @@ Ray Serve is started once per test session (on a port other than 8000, so a user
 `serve run` is not disturbed) and shut down at the end.
 
 Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serve) at
-collection and put in an xdist group, so that under `pytest -n 2` each group runs on one worker:
-`serve` (the Serve instance on `SERVE_PORT`, started once), `ray` (tensor-parallel engines on a
-Ray instance of their worker's own) and `multinode` (tests/test_multi_node.py, a simulated
-cluster in a subprocess); the CPU tests fill the workers around them.
+collection and put in the xdist group `ray`: under `pytest -n 2` one worker starts Ray once and
+runs them all (the simulated cluster of tests/test_multi_node.py too: run beside the Serve tests
+it made the suite slower, 27:22 against 23:58) while the other runs the CPU tests.
 
 Tests that build a model (an engine, a transformers model, a compiled graph) are marked `slow`
 (tests/engine but its unit modules, and `SLOW_MODULES`). `pytest -m "not ray and not slow"` is
@@ -42,8 +41,8 @@ SLOW_MODULES = frozenset(
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that need Ray `ray` (`serve` too on Ray Serve) and put them in xdist
-    groups (see the module docstring); a test that names its own group keeps it."""
+    """Mark the tests that need Ray `ray` (`serve` too on Ray Serve), put them in the xdist
+    group `ray`, and mark the tests that build a model `slow` (see the module docstring)."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "serve_url" in fixtures:
@@ -57,8 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not (fixtures & RAY_FIXTURES or serve):
             continue
         item.add_marker(pytest.mark.ray)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("serve" if serve else "ray"))
+        item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")

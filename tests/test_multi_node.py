@@ -14,8 +14,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-# a cluster of its own: its group may run beside the `serve` group (tests/conftest.py)
-pytestmark = [pytest.mark.serve, pytest.mark.xdist_group("multinode")]
+pytestmark = pytest.mark.serve
 
 
 def test_multi_node_suite(tmp_path: Path) -> None:
