@@ -44,6 +44,8 @@ class RequestOutput:
             loop ended).
         scheduled_at: when the scheduler first ran the request (`time.monotonic()` seconds;
             None if it never ran), for the queue and prefill times of the engine metrics.
+        num_cached_tokens: prompt tokens whose KV came from the prefix cache (OpenAI's
+            `usage.prompt_tokens_details.cached_tokens`).
     """
 
     request_id: str
@@ -57,3 +59,4 @@ class RequestOutput:
     error: str | None = None
     error_kind: ErrorKind | None = None
     scheduled_at: float | None = None
+    num_cached_tokens: int = 0

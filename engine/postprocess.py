@@ -191,4 +191,5 @@ class OutputProcessor:
             logprobs=lps,
             prompt_logprobs=take_prompt_logprobs(seq) if tokens else None,
             scheduled_at=seq.scheduled_at,
+            num_cached_tokens=seq.num_cached_tokens,
         )

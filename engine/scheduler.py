@@ -163,6 +163,7 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             if seq.scheduled_at is None:
                 seq.scheduled_at = time.monotonic()
+                seq.num_cached_tokens = seq.num_computed_tokens
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, n, target == seq.num_tokens))
             budget -= n

@@ -46,6 +46,9 @@ class Sequence:
             None for the base model; also its `cache_key`.
         scheduled_at: when the scheduler first admitted it to the running batch
             (`time.monotonic()` seconds; a preempted sequence keeps its first), or None.
+        num_cached_tokens: prompt tokens whose KV came from the prefix cache when the
+            scheduler first admitted it (what usage reports as cached; a preempted sequence
+            keeps its first count).
         draft_token_ids: speculative draft tokens proposed for its next decode step
             (`engine.spec_decode`); not part of the sequence until verified.
         spec: its speculation state (acceptance average, token mirror); None until the
@@ -68,6 +71,7 @@ class Sequence:
     lora_id: int | None = None
     prompt_logprobs_sent: bool = False
     scheduled_at: float | None = None
+    num_cached_tokens: int = 0
     draft_token_ids: list[int] = field(default_factory=list)
     spec: SpecState | None = None
     _tokens: list[int] = field(init=False, repr=False)

@@ -259,6 +259,7 @@ class ChatHandler:
         deltas: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         lps: list[list[Any]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
+        matched: list[str | None] = [None] * n
         usage = Usage.of(0, 0)
         prep, choices_in = await self._start(request, plan, lora)
         outputs = _tool_outputs(prep.setup, n)
@@ -270,6 +271,7 @@ class ChatHandler:
                 if c.logprobs is not None and c.logprobs.content:
                     lps[c.index].extend(c.logprobs.content)
                 reasons[c.index] = c.finish_reason or reasons[c.index]
+                matched[c.index] = c.stop_reason or matched[c.index]
         choices = []
         for i in range(n):
             out = outputs[i]
@@ -286,6 +288,7 @@ class ChatHandler:
                     ),
                     logprobs=ChoiceLogprobs(content=lps[i]) if request.logprobs else None,
                     finish_reason=reasons[i],
+                    stop_reason=matched[i],
                 )
             )
         response = ChatCompletion(
@@ -337,10 +340,10 @@ class ChatHandler:
         )
         yield first.with_preprocess_report(prep.report)
         counts = [0] * n
-        prompt_tokens = 0
+        prompt_tokens = cached = 0
         async for d in choices:
             counts[d.index] = d.num_output_tokens
-            prompt_tokens = d.num_prompt_tokens
+            prompt_tokens, cached = d.num_prompt_tokens, d.num_cached_tokens
             out = outputs[d.index]
             reason = d.finish_reason
             if out is None:
@@ -358,7 +361,9 @@ class ChatHandler:
                 if not items:
                     items = [ChunkChoice(index=d.index, delta=DeltaMessage())]
                 items[-1].logprobs, items[-1].finish_reason = lp, reason
+                if reason == "stop":
+                    items[-1].stop_reason = d.stop_reason
             for item in items:
                 yield chunk([item])
         if usage_chunk:
-            yield chunk([], Usage.of(prompt_tokens, sum(counts)))
+            yield chunk([], Usage.of(prompt_tokens, sum(counts), cached))

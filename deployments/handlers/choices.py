@@ -37,6 +37,8 @@ class ChoiceDelta:
         finish_reason: `stop` or `length` on the last delta, else None.
         num_prompt_tokens: prompt length in tokens.
         num_output_tokens: tokens generated so far.
+        num_cached_tokens: prompt tokens whose KV came from the prefix cache.
+        stop_reason: the stop string that ended the choice, on the last delta.
     """
 
     index: int
@@ -46,6 +48,8 @@ class ChoiceDelta:
     finish_reason: str | None
     num_prompt_tokens: int
     num_output_tokens: int
+    num_cached_tokens: int = 0
+    stop_reason: str | None = None
 
 
 def engine_failure(out: RequestOutput) -> OpenAIError:
@@ -136,6 +140,8 @@ async def run_choice(
                 reason,
                 out.num_prompt_tokens,
                 out.num_output_tokens,
+                out.num_cached_tokens,
+                matcher.matched,
             )
             if reason is not None:
                 return

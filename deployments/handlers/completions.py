@@ -149,8 +149,10 @@ class CompletionHandler:
         want_lp = request.logprobs is not None
         offsets: dict[int, int] = {}
         counts: dict[int, int] = {}
+        cached: dict[int, int] = {}  # per prompt: the most any of its n choices found cached
         async for d in choices:
             counts[d.index] = d.num_output_tokens
+            cached[d.index // n] = max(cached.get(d.index // n, 0), d.num_cached_tokens)
             text = d.text
             lp = CompletionLogprobs() if want_lp else None
             if d.index not in offsets:  # first delta of this choice
@@ -186,5 +188,5 @@ class CompletionHandler:
             created=created,
             model=served,
             choices=[],
-            usage=Usage.of(prompt_tokens, sum(counts.values())),
+            usage=Usage.of(prompt_tokens, sum(counts.values()), sum(cached.values())),
         )

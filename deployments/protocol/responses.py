@@ -15,19 +15,37 @@ from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 from deployments.protocol.preprocess_plan import PreprocessReport
 
 
+class PromptTokensDetails(BaseModel):
+    """Where the prompt's tokens came from."""
+
+    cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache (a part of `prompt_tokens`)."""
+
+
 class Usage(BaseModel):
-    """Token counts: total = prompt + completion."""
+    """Token counts: total = prompt + completion; `prompt_tokens_details.cached_tokens` is
+    OpenAI's count of prompt tokens served from the (prefix) cache."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
-    def of(cls, prompt: int, completion: int) -> Usage:
-        """Build from prompt and completion counts."""
+    def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
+        """Build from prompt and completion counts (and the cached prompt tokens, if known)."""
+        details = PromptTokensDetails(cached_tokens=cached) if cached is not None else None
         return cls(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=details,
         )
+
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache (0 when not reported)."""
+        details = self.prompt_tokens_details
+        return details.cached_tokens if details is not None else 0
 
 
 class _DropNone(BaseModel):
@@ -71,13 +89,16 @@ class AssistantMessage(_DropNone):
     tool_calls: list[dict[str, Any]] | None = None
 
 
-class ChatChoice(BaseModel):
-    """One choice of a chat completion."""
+class ChatChoice(_DropNone):
+    """One choice of a chat completion. `stop_reason` (vLLM's extension, sent only when set):
+    the stop string that ended the choice (`finish_reason` `stop`)."""
 
+    _keep = ("logprobs", "finish_reason")
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: str | None = None
 
 
 class _Preprocessed(BaseModel):
@@ -118,13 +139,15 @@ class DeltaMessage(_DropNone):
     tool_calls: list[dict[str, Any]] | None = None
 
 
-class ChunkChoice(BaseModel):
-    """One choice of a chat stream chunk."""
+class ChunkChoice(_DropNone):
+    """One choice of a chat stream chunk; `stop_reason` as in `ChatChoice`, on the last."""
 
+    _keep = ("logprobs", "finish_reason")
     index: int
     delta: DeltaMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: str | None = None
 
 
 class ChatCompletionChunk(_Preprocessed):

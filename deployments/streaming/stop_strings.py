@@ -21,6 +21,8 @@ class StopStringMatcher:
         self.text = ""
         self.emitted = 0
         self.stopped = False
+        self.matched: str | None = None
+        """The stop string that matched (the earliest in the text), once `stopped`."""
 
     def _held_suffix(self) -> int:
         """Length of the longest tail of the text that is a proper prefix of a stop string."""
@@ -38,10 +40,11 @@ class StopStringMatcher:
         search_from = max(0, len(self.text) - self.max_len + 1)
         self.text += delta
         if self.stops:
-            hits = [i for s in self.stops if (i := self.text.find(s, search_from)) != -1]
+            hits = [(i, s) for s in self.stops if (i := self.text.find(s, search_from)) != -1]
             if hits:
+                at, self.matched = min(hits, key=lambda hit: hit[0])
                 self.stopped = True
-                self.text = self.text[: min(hits)]
+                self.text = self.text[:at]
                 return self.flush()
         end = len(self.text) - self._held_suffix()
         out = self.text[self.emitted : end]

@@ -166,6 +166,15 @@ def test_stop_string_cuts_the_text_and_aborts_the_engine_request(
     through_stop = next(k for k in range(len(ids)) if "Three" in tokenizer.decode(ids[:k]))
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == through_stop  # a run is cut at the stop too
+    assert [c.stop_reason for ch in chunks for c in ch.choices if c.finish_reason] == ["Three"]
+
+
+def test_the_matched_stop_string_is_the_stop_reason(tokenizer, grammars) -> None:
+    text = "One two. Three four. Five."
+    handler, _ = make_handler(tokenizer, grammars, [Script(text), Script(text)])
+    done = run(handler.complete(request(stop=["Five", "four"])))
+    assert done.choices[0].stop_reason == "four"  # the earliest in the text, not the first listed
+    assert "stop_reason" not in run(handler.complete(request())).choices[0].model_dump()
 
 
 def test_max_tokens_ends_with_length(tokenizer, grammars) -> None:

@@ -113,6 +113,7 @@ def test_prefix_cache_shares_full_blocks_and_counts_hits() -> None:
     assert new["r1"][0] == 11 - 8 and new["r1"][1] == first.block_table[:2]
     assert bm.pool.ref_counts[first.block_table[0]] == 2
     assert bm.stats.hits == 2 and bm.stats.queries == 3  # the first request missed once
+    assert (first.num_cached_tokens, second.num_cached_tokens) == (0, 8)  # usage's cached_tokens
 
 
 def test_full_hit_still_computes_the_last_token_and_lru_eviction() -> None:
