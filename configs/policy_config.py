@@ -14,6 +14,9 @@ Example (YAML)::
         targets: [qwen3-32b]
         pick: least_loaded
     default_targets: [qwen3-8b, qwen3-32b]
+    model_names:               # names clients hard-code, mapped onto what we serve
+      - {pattern: "claude-*haiku*", model: fast}
+      - {pattern: "claude-*", model: auto}
 
 Parsing checks shapes and types only; `configs.policy_validation.check_policy` checks the policy
 against the served models and must be called once at start-up (it is what makes
@@ -22,6 +25,8 @@ against the served models and must be called once at start-up (it is what makes
 
 from __future__ import annotations
 
+from collections.abc import Container
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -142,6 +147,21 @@ class Rule(BaseModel):
     )
 
 
+class ModelNamePattern(BaseModel):
+    """A glob over requested model names that maps them onto a served model or an alias."""
+
+    model_config = _FROZEN
+
+    pattern: str = Field(
+        min_length=1,
+        description="A shell-style glob (`*`, `?`, `[seq]`; Python's `fnmatch`, case-sensitive) "
+        "over the request's `model`, e.g. `claude-*haiku*` or `gpt-*`.",
+    )
+    model: str = Field(
+        min_length=1, description="The served model id or alias the matching names route as."
+    )
+
+
 class PolicyConfig(BaseModel):
     """The whole routing policy: aliases, ordered rules (first match wins) and a default."""
 
@@ -158,6 +178,12 @@ class PolicyConfig(BaseModel):
         description="Model ids used for `auto` when no rule matches; defaults to `aliases.auto`; "
         "must be models of `aliases.auto` when both are given.",
     )
+    model_names: list[ModelNamePattern] = Field(
+        default_factory=list,
+        description="Globs over requested model names that are neither served ids nor aliases "
+        "(the names coding agents send, e.g. Claude Code's `claude-opus-4-8[1m]`), tried in "
+        "order; the first match routes the request as its `model`.",
+    )
 
     @model_validator(mode="after")
     def _require_auto(self) -> PolicyConfig:
@@ -167,6 +193,19 @@ class PolicyConfig(BaseModel):
                 "`model` are routed as alias 'auto'"
             )
         return self
+
+    def resolve_name(
+        self, name: str, served: Container[str]
+    ) -> tuple[str, ModelNamePattern | None]:
+        """The name a request routes as, and the `model_names` pattern that mapped it.
+
+        A served id or an alias is itself; any other name is the model of the first pattern
+        that matches it (unchanged when none does: the policy then answers 404).
+        """
+        if name in served or self.alias_models(name) is not None:
+            return name, None
+        pattern = next((p for p in self.model_names if fnmatchcase(name, p.pattern)), None)
+        return (pattern.model, pattern) if pattern is not None else (name, None)
 
     def alias_models(self, name: str) -> list[str] | None:
         """Model ids of alias `name` (with `auto` implied by `default_targets`), or `None`."""

@@ -30,7 +30,7 @@ def check_policy(policy: PolicyConfig, models: dict[str, ModelCapabilities]) -> 
             unknown model id, an alias named like a model, a bad threshold (negative tokens,
             temperature outside [0, 2], top_p outside [0, 1], an empty range), an empty list, a
             duplicate rule name, a rule that can never be reached or never yield a capable
-            target.
+            target, a `model_names` pattern that maps to neither a model nor an alias.
     """
     for name in policy.alias_names():
         if name in models:
@@ -47,6 +47,13 @@ def check_policy(policy: PolicyConfig, models: dict[str, ModelCapabilities]) -> 
             raise ValueError(
                 f"default_targets names {outside[0]!r}, which is not in alias 'auto' {auto}; "
                 "add it to the alias or drop it from default_targets"
+            )
+    for pattern in policy.model_names:
+        if pattern.model not in models and policy.alias_models(pattern.model) is None:
+            raise ValueError(
+                f"model_names pattern {pattern.pattern!r} maps to {pattern.model!r}, which is "
+                f"neither a served model {sorted(models)} nor an alias "
+                f"{sorted(policy.alias_names())}"
             )
     seen: set[str] = set()
     for index, rule in enumerate(policy.rules):

@@ -110,7 +110,8 @@ class Gateway:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
             return policy_error(exc).response()
-        alias = None if self.catalog.serves(features.model or "") else features.model or AUTO_ALIAS
+        name, _ = self.policy.resolve_name(features.model or AUTO_ALIAS, self.catalog.capabilities)
+        alias = None if self.catalog.serves(name) else name
         rules = self.config.preprocessing
 
         def request_for(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:

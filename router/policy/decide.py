@@ -46,7 +46,8 @@ def decide(
 ) -> Decision:
     """Decide which models may serve a request, best first.
 
-    An exact model id pins that model. An alias (an omitted `model` is `auto`) goes through the
+    An exact model id pins that model. A name that is neither, but matches a `model_names`
+    pattern, routes as the pattern's model or alias (the reason names the pattern). An alias (an omitted `model` is `auto`) goes through the
     rules in order, skipping rules none of whose targets is in the alias; the first whose
     condition holds wins and its targets, restricted to the alias's models, are the candidates.
     With no rule matching, `auto` uses `default_targets` and any other alias its own models.
@@ -63,12 +64,16 @@ def decide(
         The decision; `candidates` is never empty.
 
     Raises:
-        UnknownModel: `model` is neither a served model id nor an alias (HTTP 404).
+        UnknownModel: `model` is neither a served model id nor an alias, and matches no
+            `model_names` pattern (HTTP 404).
         NoModelCanServe: No candidate has the capabilities the request needs (HTTP 400).
         NoHealthyModel: Capable candidates exist but none is healthy (HTTP 503).
     """
     requested = features.model if features.model is not None else AUTO_ALIAS
-    targets, pick, label, why = _plan(requested, features, models, policy)
+    name, pattern = policy.resolve_name(requested, models)
+    targets, pick, label, why = _plan(name, features, models, policy)
+    if pattern is not None:
+        why = f"model {requested!r} matched model_names pattern {pattern.pattern!r}; {why}"
     return _filter(targets, pick, label, why, features, models, states)
 
 

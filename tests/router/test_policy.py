@@ -277,6 +277,8 @@ VALIDATION_CASES = [
         rule("j", ["small"], response_format=["json_schema"])),
     bad("prompt-rule-beyond-context", r"rule 'long'.*context fitting",
         rule("long", ["small"], prompt_tokens_gt=5000)),
+    bad("name-pattern-to-nothing", r"pattern 'claude-\*' maps to 'opus', which is neither",
+        model_names=[{"pattern": "claude-*", "model": "opus"}]),
 ]
 # fmt: on
 
@@ -304,6 +306,38 @@ VALID_CASES = [
 @pytest.mark.parametrize("overrides", VALID_CASES)
 def test_check_policy_accepts(overrides: dict[str, Any]) -> None:
     check_policy(make_policy(**overrides), MODELS)
+
+
+NAMES = [
+    {"pattern": "claude-*haiku*", "model": "fast"},
+    {"pattern": "gpt-*-mini", "model": "small"},
+    {"pattern": "claude-*", "model": "auto"},
+]
+
+
+# fmt: off
+@pytest.mark.parametrize(("requested", "rule_label", "pattern"), [
+    ("claude-haiku-4-5-20251001", "alias:fast", "claude-*haiku*"),  # first match wins
+    ("claude-opus-4-8[1m]", "default", "claude-*"),  # Claude Code's default, with its suffix
+    ("gpt-5-mini", "model:small", "gpt-*-mini"),  # a pattern may pin a served model
+    ("fast", "alias:fast", None),  # names that are served ids or aliases are never mapped
+    ("small", "model:small", None),
+])
+# fmt: on
+def test_model_name_patterns_route_hard_coded_names(
+    requested: str, rule_label: str, pattern: str | None
+) -> None:
+    policy = make_policy(rules=[], model_names=NAMES)
+    check_policy(policy, MODELS)
+    decision = decide(RequestFeatures(model=requested), MODELS, {}, policy)
+    assert decision.rule == rule_label
+    assert (f"matched model_names pattern {pattern!r}" in decision.reason) == (pattern is not None)
+
+
+def test_a_name_no_pattern_matches_is_unknown() -> None:
+    policy = make_policy(model_names=NAMES)
+    with pytest.raises(UnknownModel, match="'gpt-4o' does not exist"):
+        decide(RequestFeatures(model="gpt-4o"), MODELS, {}, policy)
 
 
 TOOL_DEFS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
