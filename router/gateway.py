@@ -22,7 +22,7 @@ from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.validation import parse_request, wants_stream
-from router.auth import bearer_key
+from router.auth import presented_key
 from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.lora_admin import LoraAdmin
@@ -142,7 +142,7 @@ class Gateway:
             OpenAIError: 429 with `Retry-After`, naming the limit.
         """
         cost = features.estimated_prompt_tokens + (features.max_tokens or 0)
-        key = bearer_key(headers.get("authorization"))
+        key = presented_key(headers)
         refused = self.limiter.admit(key, features.tenant, cost)
         if refused is not None:
             self.metrics.rate_limited.labels(refused.limit, refused.kind).inc()

@@ -46,9 +46,10 @@ def unavailable_error(detail: str) -> OpenAIError:
 
 
 def unauthorized() -> OpenAIError:
-    """401: the `Authorization: Bearer <key>` header is missing or names no configured key."""
+    """401: no configured key in `Authorization: Bearer <key>` or `x-api-key`."""
     return OpenAIError(
-        "missing or invalid API key: send the header 'Authorization: Bearer <key>'",
+        "missing or invalid API key: send the header 'Authorization: Bearer <key>' "
+        "(or 'x-api-key: <key>')",
         status_code=401,
         code="invalid_api_key",
     )

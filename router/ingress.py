@@ -196,7 +196,7 @@ class Router:
     # ---- HTTP ------------------------------------------------------------------------------
 
     def _denied(self, request: Request) -> Response | None:
-        if authorized(request.headers.get("authorization"), self.config.api_keys):
+        if authorized(request.headers, self.config.api_keys):
             return None
         return error_json(unauthorized(), {"www-authenticate": "Bearer"})
 

@@ -134,21 +134,24 @@ def test_configured_api_keys_win_over_the_environment(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize(
-    ("header", "keys", "ok"),
+    ("headers", "keys", "ok"),
     [
-        (None, [], True),
-        ("Bearer anything", [], True),
-        (None, ["k1"], False),
-        ("Bearer k1", ["k1", "k2"], True),
-        ("bearer  k2 ", ["k1", "k2"], True),
-        ("Bearer k3", ["k1", "k2"], False),
-        ("Basic k1", ["k1"], False),
-        ("Bearer ", ["k1"], False),
-        ("Bearer k1k1", ["k1"], False),
+        ({}, [], True),
+        ({"authorization": "Bearer anything"}, [], True),
+        ({}, ["k1"], False),
+        ({"authorization": "Bearer k1"}, ["k1", "k2"], True),
+        ({"authorization": "bearer  k2 "}, ["k1", "k2"], True),
+        ({"authorization": "Bearer k3"}, ["k1", "k2"], False),
+        ({"authorization": "Basic k1"}, ["k1"], False),
+        ({"authorization": "Bearer "}, ["k1"], False),
+        ({"authorization": "Bearer k1k1"}, ["k1"], False),
+        ({"x-api-key": "k2"}, ["k1", "k2"], True),  # Anthropic's clients
+        ({"x-api-key": "k3"}, ["k1", "k2"], False),
+        ({"authorization": "Basic x", "x-api-key": "k1"}, ["k1"], True),
     ],
 )
-def test_authorized(header: str | None, keys: list[str], ok: bool) -> None:
-    assert authorized(header, keys) is ok
+def test_authorized(headers: dict[str, str], keys: list[str], ok: bool) -> None:
+    assert authorized(headers, keys) is ok
 
 
 @pytest.mark.parametrize(
