@@ -15,6 +15,7 @@ from configs.policy_validation import check_policy
 from configs.preprocessing import Preprocessing
 from configs.rate_limits import RateLimits
 from configs.request_limits import RequestLimits
+from configs.responses_store import ResponsesStoreConfig
 
 UNKNOWN_CONTEXT = 1 << 30
 """Context length assumed for a model whose replica has not reported it yet (no config value)."""
@@ -258,6 +259,11 @@ class RouterAppConfig(BaseModel):
         default_factory=RateLimits,
         description="Requests and tokens per minute per API key and per tenant; over a limit "
         "the answer is 429 with `Retry-After` (`configs.rate_limits`).",
+    )
+    responses_store: ResponsesStoreConfig = Field(
+        default_factory=ResponsesStoreConfig,
+        description="How many Responses API responses are kept for `previous_response_id`, and "
+        "for how long (`configs.responses_store`).",
     )
     router_deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 0.1}),
