@@ -67,7 +67,9 @@ def not_found(path: str) -> OpenAIError:
     """404 for a route that does not exist."""
     return OpenAIError(
         f"no route {path}: the API serves POST /v1/chat/completions, POST /v1/completions, "
-        "GET /v1/models, GET /v1/models/{model}, GET /metrics and GET /health",
+        "POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses, "
+        "GET|DELETE /v1/responses/{id}, POST /tokenize, POST /detokenize, GET /v1/models, "
+        "GET /v1/models/{model}, GET /metrics and GET /health",
         status_code=404,
         code="not_found",
     )

@@ -1,10 +1,14 @@
 """The ingress deployment: OpenAI HTTP API and the Python handle API, in front of the models.
 
-HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /tokenize`,
+HTTP routes: `POST /v1/chat/completions`, `POST /v1/completions`, Anthropic's
+`POST /v1/messages` and `POST /v1/messages/count_tokens`, OpenAI's `POST /v1/responses`,
+`GET /v1/responses/{id}` and `DELETE /v1/responses/{id}` (the last five translated onto the chat
+path at the edge: `router.apis`), `POST /tokenize`,
 `POST /detokenize` (vLLM's bodies: `deployments.protocol.tokenize`), `GET /v1/models`,
 `GET /v1/models/{model}`, `POST /v1/load_lora_adapter`, `POST /v1/unload_lora_adapter`
 (`router.lora_admin`), `GET /metrics` (Prometheus text format) and `GET /health`; with API
-keys configured every route but `/health` needs `Authorization: Bearer <key>`. Every answer
+keys configured every route but `/health` needs `Authorization: Bearer <key>` or
+`x-api-key: <key>`. Every answer
 given after a routing decision carries the headers `x-ascend-router-model`,
 `x-ascend-router-rule`, `x-ascend-router-reason`, after a fallback `x-ascend-router-fallback`,
 and, when preprocessing changed the request, `x-ascend-router-preprocess`. A request over a
@@ -23,26 +27,28 @@ limits): it is reachable only from inside the Ray cluster.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from configs.model_config import RouterAppConfig
-from deployments.protocol.error_stream import end_on_failure, error_stream
 from deployments.protocol.errors import ErrorResponse, OpenAIError, internal_error
 from deployments.protocol.limits import check_body_size, parse_body
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
-from deployments.protocol.sse import DONE, sse_event
 from deployments.protocol.tokenize import DetokenizeRequest, tokenize_schema
 from deployments.protocol.validation import wants_stream
+from router.apis.anthropic import AnthropicEdge
+from router.apis.edge import ApiEdge
+from router.apis.http import edge_answer, edge_error
+from router.apis.responses import ResponsesEdge, ResponseStore
 from router.auth import authorized
 from router.dispatch import Routed
 from router.gateway import Gateway
@@ -52,10 +58,13 @@ from router.http_errors import (
     not_found,
     unauthorized,
 )
-from router.model_stream import ModelStream
+from router.openai_answers import http_result, python_result
 from router.replica_metrics import replica_expositions
 
 logger = logging.getLogger(__name__)
+
+_Render = Callable[[ErrorResponse | OpenAIError, dict[str, str] | None], Response]
+"""An error as one API's HTTP answer (OpenAI's `error_json`, or an edge's `edge_error`)."""
 
 # no /docs, /redoc or /openapi.json: the API is OpenAI's, and Swagger UI would load from a CDN
 app = FastAPI(title="ascend-router", docs_url=None, redoc_url=None, openapi_url=None)
@@ -74,61 +83,9 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     return error_json(OpenAIError(str(exc.detail), status_code=exc.status_code))
 
 
-async def _events(items: AsyncIterator[BaseModel | bytes]) -> AsyncIterator[str | bytes]:
-    """Each item as an SSE event, up to an error item, the last. Items that arrive as SSE bytes
-    (the replica's `sse_batches`) pass through untouched; typed items (the first one, the
-    router's own errors) are encoded here."""
-    async for item in items:
-        yield item if isinstance(item, bytes) else sse_event(item)
-        if isinstance(item, ErrorResponse):
-            return
-
-
-async def _sse(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[str | bytes]:
-    """Relay a stream as server-sent events, ending with `data: [DONE]` (after an error event
-    when the stream fails: a router bug mid-stream still ends the stream in OpenAI form)."""
-    try:
-        async for event in end_on_failure(_events(items), "the router"):
-            yield sse_event(event) if isinstance(event, ErrorResponse) else event
-    finally:
-        await items.aclose()  # client gone or stream done: the model request ends too
-    yield DONE
-
-
 def _unary(body: Any) -> Any:
     """A tokenize body never streams, whatever its `stream` says."""
     return {**body, "stream": False} if isinstance(body, dict) else body
-
-
-def _python_result(outcome: Routed | ErrorResponse, stream: bool) -> Any:
-    """The Python API's answer: a response, an `ErrorResponse`, or an async generator."""
-    result = outcome.result if isinstance(outcome, Routed) else outcome
-    if isinstance(result, ModelStream):
-        if isinstance(result.first, ErrorResponse):
-            result.close()
-            return error_stream(result.first)
-        return result.items()
-    if stream and isinstance(result, ErrorResponse):
-        return error_stream(result)
-    return result
-
-
-def _http_result(outcome: Routed | ErrorResponse) -> Response:
-    """The HTTP answer: JSON, an SSE stream, or an OpenAI error, with the decision headers."""
-    if isinstance(outcome, ErrorResponse):
-        return error_json(outcome)
-    headers = outcome.headers()
-    result = outcome.result
-    if isinstance(result, ModelStream):
-        if isinstance(result.first, ErrorResponse):
-            result.close()
-            return error_json(result.first, headers)
-        return StreamingResponse(
-            _sse(result.items()), media_type="text/event-stream", headers=headers
-        )
-    if isinstance(result, ErrorResponse):
-        return error_json(result, headers)
-    return JSONResponse(result.model_dump(mode="json"), headers=headers)
 
 
 # Helpers above stay above: `serve.ingress` pickles the class when it is defined.
@@ -154,6 +111,9 @@ class Router:
         self.gateway = Gateway(self.config, handles, lora_registry)
         await self.gateway.start()
         self.created = int(time.time())
+        self.anthropic = AnthropicEdge()
+        store = self.config.responses_store
+        self.responses = ResponsesEdge(ResponseStore(store.max_responses, store.ttl_s))
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
 
@@ -162,12 +122,12 @@ class Router:
         when `request.stream` (call with `handle.options(stream=True)`); errors come back as an
         `ErrorResponse` (the first stream item when streaming)."""
         outcome = await self.gateway.route("chat", ChatCompletionRequest, request, {})
-        return _python_result(outcome, wants_stream(request))
+        return python_result(outcome, wants_stream(request))
 
     async def completions(self, request: CompletionRequest | dict[str, Any]) -> Any:
         """Legacy completion: `Completion` or a stream of them; errors as for `chat`."""
         outcome = await self.gateway.route("completions", CompletionRequest, request, {})
-        return _python_result(outcome, wants_stream(request))
+        return python_result(outcome, wants_stream(request))
 
     async def tokenize(self, request: dict[str, Any]) -> Any:
         """`/tokenize`: a `TokenizeResponse` (or `ErrorResponse`) for a chat (`messages`) or
@@ -175,12 +135,12 @@ class Router:
         outcome = await self.gateway.route(
             "tokenize", tokenize_schema(request), _unary(request), {}
         )
-        return _python_result(outcome, False)
+        return python_result(outcome, False)
 
     async def detokenize(self, request: dict[str, Any]) -> Any:
         """`/detokenize`: a `DetokenizeResponse` (or `ErrorResponse`) for `{model, tokens}`."""
         outcome = await self.gateway.route("detokenize", DetokenizeRequest, _unary(request), {})
-        return _python_result(outcome, False)
+        return python_result(outcome, False)
 
     async def models(self) -> ModelList:
         """The served model ids, then the aliases (`auto` included)."""
@@ -195,28 +155,33 @@ class Router:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _denied(self, request: Request) -> Response | None:
+    def _denied(self, request: Request, render: _Render = error_json) -> Response | None:
         if authorized(request.headers, self.config.api_keys):
             return None
-        return error_json(unauthorized(), {"www-authenticate": "Bearer"})
+        return render(unauthorized(), {"www-authenticate": "Bearer"})
 
     async def _guarded(
-        self, what: str, request: Request, work: Coroutine[Any, Any, Response]
+        self,
+        what: str,
+        request: Request,
+        work: Coroutine[Any, Any, Response],
+        render: _Render = error_json,
     ) -> Response:
         """`work`'s answer behind the API keys; an `OpenAIError` it raises is that error's
-        answer, anything else an opaque 500 (a router bug, still in OpenAI form)."""
-        denied = self._denied(request)
+        answer, anything else an opaque 500 (a router bug), each rendered in the API's error
+        shape (`render`: OpenAI's unless the route's API has its own)."""
+        denied = self._denied(request, render)
         if denied is not None:
             work.close()  # never awaited
             return denied
         try:
             return await work
         except OpenAIError as exc:
-            return error_json(exc)
+            return render(exc, None)
         except Exception:
             rid = current_request_id()
             logger.exception("request %s: %s failed in the router", rid, what)
-            return error_json(internal_error(rid, "the router"))
+            return render(internal_error(rid, "the router"), None)
 
     async def _body(self, request: Request) -> Any:
         """The request's JSON body within the request limits.
@@ -236,7 +201,7 @@ class Router:
     async def _route(self, method: str, schema: type[Any], request: Request) -> Response:
         body = await self._body(request)
         outcome = await self.gateway.route(method, schema, body, request.headers, sse=True)
-        return _http_result(outcome)
+        return http_result(outcome)
 
     async def _http(self, method: str, schema: type[Any], request: Request) -> Response:
         return await self._guarded(method, request, self._route(method, schema, request))
@@ -255,7 +220,7 @@ class Router:
         body = await self._body(request)
         schema = tokenize_schema(body) if method == "tokenize" else DetokenizeRequest
         outcome = await self.gateway.route(method, schema, _unary(body), request.headers)
-        return _http_result(outcome)
+        return http_result(outcome)
 
     @app.post("/tokenize")
     async def http_tokenize(self, request: Request) -> Response:
@@ -267,6 +232,58 @@ class Router:
     async def http_detokenize(self, request: Request) -> Response:
         """vLLM's `/detokenize`: `{model, tokens}` -> `{prompt}`."""
         return await self._guarded("detokenize", request, self._route_unary("detokenize", request))
+
+    async def _route_api(self, edge: ApiEdge, request: Request) -> Response:
+        chat = await edge.chat_body(await self._body(request))
+        outcome = await self.gateway.route("chat", ChatCompletionRequest, chat, request.headers)
+        return edge_answer(edge, chat, outcome)
+
+    async def _api(self, edge: ApiEdge, request: Request) -> Response:
+        work = self._route_api(edge, request)
+        return await self._guarded(edge.api, request, work, partial(edge_error, edge))
+
+    @app.post("/v1/messages")
+    async def http_messages(self, request: Request) -> Response:
+        """Anthropic's Messages API (JSON or Anthropic's SSE events), served through the chat
+        path (`router.apis.anthropic`); errors in Anthropic's shape."""
+        return await self._api(self.anthropic, request)
+
+    async def _count_tokens(self, request: Request) -> Response:
+        body = self.anthropic.count_body(await self._body(request))
+        schema = tokenize_schema(body)
+        outcome = await self.gateway.route("tokenize", schema, body, request.headers)
+        result = outcome.result if isinstance(outcome, Routed) else outcome
+        if isinstance(result, ErrorResponse):
+            return edge_error(self.anthropic, result)
+        return JSONResponse(self.anthropic.count_answer(result.count))
+
+    @app.post("/v1/messages/count_tokens")
+    async def http_count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the prompt tokens of the same `/v1/messages` body, by the
+        chosen model's own template and tokenizer."""
+        render = partial(edge_error, self.anthropic)
+        return await self._guarded("count_tokens", request, self._count_tokens(request), render)
+
+    @app.post("/v1/responses")
+    async def http_responses(self, request: Request) -> Response:
+        """OpenAI's Responses API (JSON or the Responses SSE events), served through the chat
+        path (`router.apis.responses`)."""
+        return await self._api(self.responses, request)
+
+    async def _stored(self, response_id: str, delete: bool) -> Response:
+        if delete:
+            return JSONResponse(self.responses.delete(response_id))
+        return JSONResponse(self.responses.get(response_id))
+
+    @app.get("/v1/responses/{response_id}")
+    async def http_get_response(self, response_id: str, request: Request) -> Response:
+        """A stored response (`store`), 404 once unknown or expired."""
+        return await self._guarded("responses", request, self._stored(response_id, False))
+
+    @app.delete("/v1/responses/{response_id}")
+    async def http_delete_response(self, response_id: str, request: Request) -> Response:
+        """Forget a stored response; 404 when unknown or expired."""
+        return await self._guarded("responses", request, self._stored(response_id, True))
 
     @app.get("/v1/models")
     async def http_models(self, request: Request) -> Response:

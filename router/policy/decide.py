@@ -47,9 +47,10 @@ def decide(
     """Decide which models may serve a request, best first.
 
     An exact model id pins that model. A name that is neither, but matches a `model_names`
-    pattern, routes as the pattern's model or alias (the reason names the pattern). An alias (an omitted `model` is `auto`) goes through the
-    rules in order, skipping rules none of whose targets is in the alias; the first whose
-    condition holds wins and its targets, restricted to the alias's models, are the candidates.
+    pattern, routes as the pattern's model or alias (the reason names the pattern). An alias
+    (an omitted `model` is `auto`) goes through the rules in order, skipping rules none of
+    whose targets is in the alias; the first whose condition holds wins and its targets,
+    restricted to the alias's models, are the candidates.
     With no rule matching, `auto` uses `default_targets` and any other alias its own models.
     Then models that lack a needed capability (context, tools, structured output, streaming)
     or are unhealthy are filtered out; `least_loaded` rules sort what is left by load.

@@ -1,5 +1,5 @@
 """A model stream that stalls or breaks after its first item (`router.model_stream`), and a
-router failure while relaying it as SSE (`router.ingress._sse`): each ends with one error item
+router failure while relaying it as SSE (`router.openai_answers.sse`): each ends with one error item
 or event, then `data: [DONE]`, and the model's request is cancelled."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from ray.serve.handle import DeploymentResponseGenerator
 
 from deployments.protocol.errors import ENGINE_ERROR, INTERNAL_ERROR, ErrorResponse
 from deployments.protocol.sse import DONE
-from router.ingress import _sse
 from router.model_stream import ModelStream
+from router.openai_answers import sse
 
 
 class Chunk(BaseModel):
@@ -93,7 +93,7 @@ def test_a_router_failure_while_relaying_ends_the_sse_stream_in_openai_form() ->
             closed.append(True)
 
     async def run() -> list[str | bytes]:
-        return [event async for event in _sse(items())]
+        return [event async for event in sse(items())]
 
     events = asyncio.run(run())
     assert events[:2] == ['data: {"n":0}\n\n', b"data: {}\n\n"] and events[-1] == DONE
@@ -109,7 +109,7 @@ def test_an_error_item_is_the_last_sse_event() -> None:
         yield Chunk(n=1)  # never sent
 
     async def run() -> list[str | bytes]:
-        return [event async for event in _sse(items())]
+        return [event async for event in sse(items())]
 
     events = asyncio.run(run())
     assert events == [

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.apis.anthropic.message import JsonObject, signature, tool_use_id
+from deployments.protocol.tools import JsonObject
+from router.apis.anthropic.message import signature, tool_use_id
 
 
 class BlockEvents:

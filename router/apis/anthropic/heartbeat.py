@@ -52,7 +52,7 @@ async def with_beats(items: AsyncIterator[T], interval_s: float) -> AsyncGenerat
             _ABANDONED.add(read)
             read.add_done_callback(_forget)
         else:
-            await _close(items)
+            await aclose(items)
 
 
 async def _read(items: AsyncIterator[T], stopped: asyncio.Event) -> Any:
@@ -63,7 +63,7 @@ async def _read(items: AsyncIterator[T], stopped: asyncio.Event) -> Any:
         return _END
     finally:
         if stopped.is_set():
-            await _close(items)
+            await aclose(items)
 
 
 def _forget(read: asyncio.Task[Any]) -> None:
@@ -72,7 +72,9 @@ def _forget(read: asyncio.Task[Any]) -> None:
         read.exception()  # retrieved: nobody reads a failure after the consumer has gone
 
 
-async def _close(items: AsyncIterator[Any]) -> None:
-    aclose = getattr(items, "aclose", None)
-    if aclose is not None:
-        await aclose()
+async def aclose(items: AsyncIterator[Any]) -> None:
+    """Close `items` if it can be closed (an async generator can; a plain iterator has no
+    `aclose`)."""
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()

@@ -13,9 +13,10 @@ them as it joins any client's parts.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
 
 from deployments.protocol.errors import OpenAIError
+from deployments.protocol.tools import JsonObject
 from router.apis.anthropic.protocol import (
     ContentBlock,
     ImageBlock,
@@ -25,8 +26,6 @@ from router.apis.anthropic.protocol import (
     ToolResultBlock,
     ToolUseBlock,
 )
-
-JsonObject = dict[str, Any]
 
 _ALLOWED = {
     "user": ("text", "image", "tool_result"),
@@ -65,10 +64,9 @@ def _turn(message: InputMessage, i: int) -> list[JsonObject]:
     allowed = _ALLOWED[message.role]
     for j, block in enumerate(message.content):
         if block.type not in allowed:
-            takes = ", ".join(allowed)
             raise OpenAIError(
-                f"a {message.role} message cannot hold a {block.type!r} block (it takes "
-                f"{takes}); move the block to the turn of the other role",
+                f"a {message.role} message cannot hold a {block.type!r} block; {message.role} "
+                f"messages take {', '.join(allowed)} blocks",
                 param=f"messages[{i}].content[{j}]",
             )
     if message.role == "assistant":
@@ -78,13 +76,13 @@ def _turn(message: InputMessage, i: int) -> list[JsonObject]:
         for j, block in enumerate(message.content)
         if isinstance(block, ToolResultBlock)
     ]
-    rest = [b for b in message.content if not isinstance(b, ToolResultBlock)]
+    rest = [b for b in message.content if isinstance(b, TextBlock | ImageBlock)]
     if rest or not results:
         results.append({"role": message.role, "content": _parts(rest)})
     return results
 
 
-def _parts(blocks: list[Any]) -> list[JsonObject]:
+def _parts(blocks: Sequence[TextBlock | ImageBlock]) -> list[JsonObject]:
     """Text and image blocks as chat content parts."""
     return [
         {"type": "text", "text": b.text}

@@ -14,11 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from typing import Any
 
 from deployments.protocol.responses import ChatCompletion, Usage
-
-JsonObject = dict[str, Any]
+from deployments.protocol.tools import JsonObject
 
 
 def message_id(chat_id: str) -> str:
@@ -44,21 +42,20 @@ def tool_input(arguments: str) -> JsonObject:
 
 
 def stop_reason(
-    finish_reason: str | None, matched: object, stops: list[str]
+    finish_reason: str | None, matched: str | None, stops: list[str]
 ) -> tuple[str, str | None]:
     """Anthropic's `(stop_reason, stop_sequence)` for a chat choice's end.
 
     Args:
         finish_reason: the chat choice's `finish_reason`.
-        matched: the chat choice's `stop_reason` (vLLM's: the stop string that ended it, or a
-            stop token id, or None).
+        matched: the chat choice's `stop_reason` (vLLM's: the stop string that ended it).
         stops: the request's stop sequences.
     """
     if finish_reason == "tool_calls":
         return "tool_use", None
     if finish_reason == "length":
         return "max_tokens", None
-    if isinstance(matched, str) and matched in stops:
+    if matched is not None and matched in stops:
         return "stop_sequence", matched
     return "end_turn", None
 
@@ -70,8 +67,7 @@ def usage(counts: Usage | None) -> JsonObject:
     is 0. None (counts not known yet): all 0."""
     if counts is None:
         counts = Usage.of(0, 0)
-    details = getattr(counts, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0
+    cached = counts.cached_tokens()
     return {
         "input_tokens": counts.prompt_tokens - cached,
         "cache_creation_input_tokens": 0,
@@ -106,7 +102,7 @@ def message(request: JsonObject, completion: ChatCompletion) -> JsonObject:
             }
         )
     reason, sequence = stop_reason(
-        choice.finish_reason, getattr(choice, "stop_reason", None), request.get("stop") or []
+        choice.finish_reason, choice.stop_reason, request.get("stop") or []
     )
     return {
         "id": message_id(completion.id),

@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.protocol.errors import OpenAIError
+from deployments.protocol.tools import JsonObject
 from deployments.protocol.validation import parse_request
-from router.apis.anthropic.history import JsonObject, chat_messages
+from router.apis.anthropic.history import chat_messages
 from router.apis.anthropic.protocol import (
     CountTokensRequest,
     MessagesRequest,

@@ -5,7 +5,7 @@ Event sequence and framing as Anthropic sends them ("Streaming Messages"; the `a
 content blocks (`router.apis.anthropic.blocks`), `message_delta` (`stop_reason`,
 `stop_sequence`, the usage), `message_stop`; each `event: <type>\\ndata: <json>\\n\\n`. A `ping`
 also goes out each `ping_interval_s` the chat stream stays silent. An `ErrorResponse` item (a
-failure mid-stream) becomes an `error` event, the last.
+failure mid-stream), or a failure while translating, becomes an `error` event, the last.
 
 The chat stream's usage comes in its last chunk, so `message_start` counts 0 input tokens unless
 its first chunk already carries usage, and `message_delta` has every count (the SDK's
@@ -19,12 +19,14 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel
 
+from deployments.protocol.error_stream import end_on_failure
 from deployments.protocol.errors import ErrorResponse
 from deployments.protocol.responses import ChatCompletionChunk, Usage
+from deployments.protocol.tools import JsonObject
 from router.apis.anthropic.blocks import BlockEvents
 from router.apis.anthropic.errors import error_body
-from router.apis.anthropic.heartbeat import with_beats
-from router.apis.anthropic.message import JsonObject, message_id, stop_reason, usage
+from router.apis.anthropic.heartbeat import aclose, with_beats
+from router.apis.anthropic.message import message_id, stop_reason, usage
 
 PING = {"type": "ping"}
 
@@ -41,7 +43,7 @@ class _Message:
         self.stops = stops
         self.blocks = BlockEvents()
         self.finish_reason: str | None = None
-        self.matched: object = None
+        self.matched: str | None = None
         self.usage: Usage | None = None
 
     def start(self, first: ChatCompletionChunk) -> list[JsonObject]:
@@ -71,7 +73,7 @@ class _Message:
                 out += self.blocks.tool_call(entry)
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
-                self.matched = getattr(choice, "stop_reason", None)
+                self.matched = choice.stop_reason
         return out
 
     def end(self) -> list[JsonObject]:
@@ -97,29 +99,43 @@ async def events(
         ping_interval_s: seconds without a chunk between `ping` events.
 
     Yields:
-        SSE text through `message_stop`, or through an `error` event.
+        SSE text through `message_stop`, or through an `error` event (for an error item, or a
+        failure of `items` or of the translation: the opaque 500 of `end_on_failure`).
     """
-    message = _Message(request.get("stop") or [])
-    started = False
     beats = with_beats(items, ping_interval_s)
+    translated = _translate(request.get("stop") or [], beats)
+    guarded = end_on_failure(translated, "the Anthropic edge")
     try:
-        async for item in beats:
-            if isinstance(item, ErrorResponse):
-                yield sse(error_body(item))
-                return
-            if item is None:
-                if started:  # a stream opens with `message_start`: no beat comes before it
-                    yield sse(PING)
-                continue
-            assert isinstance(item, ChatCompletionChunk), f"not a chunk: {type(item).__name__}"
-            if not started:
-                started = True
-                for event in message.start(item):
-                    yield sse(event)
-            for event in message.push(item):
-                yield sse(event)
+        async for event in guarded:
+            yield sse(error_body(event) if isinstance(event, ErrorResponse) else event)
     finally:
-        await beats.aclose()  # and with it `items`
+        # each layer closed explicitly (an abandoned `async for` closes nothing): the last one
+        # closes `items`
+        for layer in (guarded, translated, beats):
+            await aclose(layer)
+
+
+async def _translate(
+    stops: list[str], beats: AsyncIterator[BaseModel | None]
+) -> AsyncIterator[JsonObject | ErrorResponse]:
+    """The events of the chat stream's items (None: a beat), up to an error item, the last."""
+    message = _Message(stops)
+    started = False
+    async for item in beats:
+        if isinstance(item, ErrorResponse):
+            yield item
+            return
+        if item is None:
+            if started:  # a stream opens with `message_start`: no beat comes before it
+                yield PING
+            continue
+        assert isinstance(item, ChatCompletionChunk), f"not a chunk: {type(item).__name__}"
+        if not started:
+            started = True
+            for event in message.start(item):
+                yield event
+        for event in message.push(item):
+            yield event
     if started:
         for event in message.end():
-            yield sse(event)
+            yield event

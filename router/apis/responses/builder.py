@@ -11,7 +11,8 @@ a whole completion feeds its message as one reasoning, one content and one delta
 - `message` (`msg_...`): one `output_text` part with `annotations: []`; events
   `content_part.added`, `output_text.delta`..., `output_text.done`, `content_part.done`;
   status `incomplete` when the output was cut at `max_output_tokens`.
-- `function_call` (`fc_...`): `call_id` is the chat call's id; events
+- `function_call` (`fc_...`): `call_id` is the chat call's id, `namespace` set for a function
+  declared in a `namespace` tool; events
   `function_call_arguments.delta`..., `function_call_arguments.done`.
 
 Items keep the order reasoning, message, calls, whatever order the deltas come in: a chat
@@ -36,9 +37,14 @@ def _id(prefix: str) -> str:
 
 
 class OutputBuilder:
-    """Output items of one Response, fed chat deltas; each feed returns the events it made."""
+    """Output items of one Response, fed chat deltas; each feed returns the events it made.
 
-    def __init__(self) -> None:
+    Args:
+        namespaces: function name -> the namespace its calls name (`ResponseContext`).
+    """
+
+    def __init__(self, namespaces: dict[str, str]) -> None:
+        self.namespaces = namespaces
         self.items: list[dict[str, Any]] = []
         self._reasoning: int | None = None
         self._message: int | None = None
@@ -121,6 +127,8 @@ class OutputBuilder:
                     "arguments": "",
                     "status": "in_progress",
                 }
+                if item["name"] in self.namespaces:
+                    item["namespace"] = self.namespaces[item["name"]]
                 events += self._open(item)
             index = self._calls[delta["index"]]
             fragment = function.get("arguments") or ""
@@ -160,9 +168,10 @@ class OutputBuilder:
             if item["type"] == "function_call":
                 item["status"] = "incomplete"
             else:
-                part = {"type": "reasoning_text", "text": "".join(self._texts[index])}
+                text = "".join(self._texts[index])
+                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
                 if item["type"] == "message":
-                    part = {"type": "output_text", "text": part["text"], "annotations": []}
+                    part = {"type": "output_text", "text": text, "annotations": []}
                     item["status"] = "incomplete"
                 item["content"] = [part]
             out.append(item)

@@ -26,6 +26,8 @@ class ResponseContext(BaseModel):
         created_at: Unix seconds when the request was translated.
         history_start: index of the first chat message of the conversation proper: 1 when the
             first message is the request's `instructions` (never stored), else 0.
+        namespaces: function name -> the `namespace` tool it was declared in (its calls name
+            it: `tools.py`).
         echo: the request fields the Response object repeats (`instructions`, `tools`,
             `tool_choice`, `parallel_tool_calls`, `temperature`, `top_p`, `max_output_tokens`,
             `previous_response_id`, `metadata`, `text`, `reasoning`, `store`, `user`).
@@ -36,6 +38,7 @@ class ResponseContext(BaseModel):
     id: str
     created_at: int
     history_start: int
+    namespaces: dict[str, str]
     echo: dict[str, Any]
 
     @property

@@ -9,6 +9,10 @@
   content, else its summaries; a reasoning item with only `encrypted_content` is dropped, as
   nothing here can read it).
 - `function_call_output`: a `tool` message answering `call_id`.
+- `custom_tool_call` / `custom_tool_call_output` (a freeform tool's call, whose tool this edge
+  drops: `tools.DROPPED_TOOL_TYPES`): a call whose arguments are `{"input": <its raw input>}`
+  and its `tool` message, so a history from a server that served the tool still reads.
+- `additional_tools`: no message (its tools join the request's: `tools.Toolset`).
 
 Items of one assistant turn are merged into one assistant message, since chat histories need
 each message's `tool_calls` answered by `tool` messages before any other role: a text that
@@ -19,12 +23,16 @@ assistant `message` item only after a turn that already has text and no calls.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.protocol.errors import OpenAIError
 from router.apis.responses.protocol import (
+    AdditionalToolsItem,
     ContentPart,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     ImagePart,
@@ -121,9 +129,9 @@ def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
 
     def close() -> None:
         nonlocal turn
-        if turn is not None:
+        if turn is not None and (any(turn.content) or any(turn.reasoning) or turn.calls):
             out.append(turn.message())
-            turn = None
+        turn = None
 
     for i, item in enumerate(items):
         where = f"input[{i}]"
@@ -137,11 +145,18 @@ def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
             else:
                 assert isinstance(item, MessageItem)
                 turn.content.append(_text(item.content, f"{where}.content"))
-        elif isinstance(item, FunctionCallItem):
+        elif isinstance(item, FunctionCallItem | CustomToolCallItem):
             turn = turn or _AssistantTurn()
-            function = {"name": item.name, "arguments": item.arguments}
+            arguments = (
+                item.arguments
+                if isinstance(item, FunctionCallItem)
+                else json.dumps({"input": item.input})
+            )
+            function = {"name": item.name, "arguments": arguments}
             turn.calls.append({"id": item.call_id, "type": "function", "function": function})
-        elif isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, AdditionalToolsItem):
+            continue
+        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
             close()
             output = content(item.output, f"{where}.output")
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})

@@ -6,7 +6,8 @@ Shape: the `openai` SDK's `types/responses/response.py` (`Response`) and `respon
 chat answer finished with `length`, else `completed` (`failed` with `error` for a stream that
 failed: `stream.py`). Usage: `input_tokens` = prompt tokens, `cached_tokens` = the chat usage's
 `prompt_tokens_details.cached_tokens` (0 when absent), `output_tokens` = completion tokens;
-`reasoning_tokens` is 0, as the chat path does not count reasoning tokens apart.
+`reasoning_tokens` is 0, as the chat path does not count reasoning tokens apart, and
+`cache_write_tokens` (OpenAI's explicit prompt-cache writes, which the SDK requires) is 0.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def response_usage(usage: Usage | None) -> dict[str, Any] | None:
         return None
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens()},
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens(), "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.total_tokens,
@@ -78,7 +79,7 @@ def answer(context: ResponseContext, completion: ChatCompletion) -> dict[str, An
     the same answer would build it (`builder.OutputBuilder`)."""
     choice = completion.choices[0]
     message = choice.message
-    builder = OutputBuilder()
+    builder = OutputBuilder(context.namespaces)
     builder.reasoning(message.reasoning_content or "")
     builder.content(message.content or "")
     calls = message.tool_calls or []

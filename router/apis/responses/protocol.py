@@ -5,26 +5,18 @@ the `openai` SDK's `types/responses/response_create_params.py`, `response_input_
 and `easy_input_message_param.py`. Unknown fields are ignored and explicit `null` means the
 default, as for chat (`deployments.protocol.requests`). An input item without `type` but with a
 `role` is a message (the SDK's `EasyInputMessage`). Tool types other than `function` are
-recognised so that `tools.translate_tools` can drop or refuse them by name.
+recognised so that `tools.Toolset` can drop or refuse them by name.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    StrictBool,
-    Tag,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from deployments.protocol.tools import by_type, check_json_schema
+from router.apis.responses.tools import FunctionChoice, Tool
 
 
 class _Base(BaseModel):
@@ -75,7 +67,7 @@ else:
 class MessageItem(_Base):
     """A `message` item (or an `EasyInputMessage` without `type`)."""
 
-    type: Literal["message"] = "message"
+    type: Literal["message"]
     role: Literal["user", "system", "developer", "assistant"]
     content: str | list[ContentPart]
 
@@ -109,6 +101,30 @@ class FunctionCallOutputItem(_Base):
     output: str | list[ContentPart]
 
 
+class CustomToolCallItem(_Base):
+    """A `custom_tool_call` made earlier (a freeform tool's raw-text `input`)."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: str
+
+
+class CustomToolCallOutputItem(_Base):
+    """A `custom_tool_call_output`: the result of the custom call `call_id`."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str | list[ContentPart]
+
+
+class AdditionalToolsItem(_Base):
+    """An `additional_tools` item: tools declared in the input (Codex's default model)."""
+
+    type: Literal["additional_tools"]
+    tools: list[Tool]
+
+
 class SummaryText(_Base):
     """One `summary_text` of a reasoning item."""
 
@@ -137,54 +153,25 @@ class ReasoningItem(_Base):
 
 
 if TYPE_CHECKING:
-    InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+    InputItem = (
+        MessageItem
+        | FunctionCallItem
+        | FunctionCallOutputItem
+        | CustomToolCallItem
+        | CustomToolCallOutputItem
+        | ReasoningItem
+        | AdditionalToolsItem
+    )
 else:
-    InputItem = by_type(MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem)
-
-
-# ---- tools -----------------------------------------------------------------------------------
-
-
-class FunctionTool(_Base):
-    """A `function` tool (the Responses shape: `name` at the top, not under `function`)."""
-
-    type: Literal["function"]
-    name: str = Field(min_length=1)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-    @field_validator("parameters")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        return None if v is None else check_json_schema(v, info)
-
-
-class OtherTool(_Base):
-    """A tool of any other type (hosted or built-in): dropped or refused by its type."""
-
-    type: str
-
-
-def _tool_tag(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "FunctionTool" if kind == "function" else "OtherTool"
-
-
-if TYPE_CHECKING:
-    Tool = FunctionTool | OtherTool
-else:
-    Tool = Annotated[
-        Union[Annotated[FunctionTool, Tag("FunctionTool")], Annotated[OtherTool, Tag("OtherTool")]],  # noqa: UP007
-        Discriminator(_tool_tag),
-    ]
-
-
-class FunctionChoice(_Base):
-    """`tool_choice: {"type": "function", "name": ...}`."""
-
-    type: Literal["function"]
-    name: str = Field(min_length=1)
+    InputItem = by_type(
+        MessageItem,
+        FunctionCallItem,
+        FunctionCallOutputItem,
+        CustomToolCallItem,
+        CustomToolCallOutputItem,
+        ReasoningItem,
+        AdditionalToolsItem,
+    )
 
 
 # ---- text format and reasoning ---------------------------------------------------------------

@@ -71,7 +71,16 @@ async def response_events(
         count += len(events)
         return text
 
-    builder = OutputBuilder()
+    def opening(model: str) -> str:
+        shell = response_object(context, model, "in_progress", [])
+        return frame(
+            [
+                {"type": "response.created", "response": shell},
+                {"type": "response.in_progress", "response": shell},
+            ]
+        )
+
+    builder = OutputBuilder(context.namespaces)
     model = context.echo["model"]
     usage: Usage | None = None
     finish: str | None = None
@@ -79,13 +88,7 @@ async def response_events(
     async for item in items:
         if not started:  # the model that answers is known from the first chunk
             model = item.model if isinstance(item, ChatCompletionChunk) else model
-            shell = response_object(context, model, "in_progress", [])
-            yield frame(
-                [
-                    {"type": "response.created", "response": shell},
-                    {"type": "response.in_progress", "response": shell},
-                ]
-            )
+            yield opening(model)
             started = True
         if isinstance(item, ErrorResponse):
             failed = response_object(context, model, "failed", builder.partial(), usage)
@@ -103,6 +106,8 @@ async def response_events(
             finish = choice.finish_reason or finish
         if events:
             yield frame(events)
+    if not started:
+        yield opening(model)
     incomplete = finish == "length"
     closing = builder.finish(incomplete)
     status = "incomplete" if incomplete else "completed"

@@ -1,0 +1,73 @@
+"""HTTP answers of the APIs served through the chat path (`router.apis.edge`): the routed chat
+answer rendered in the API's shapes, with the same decision headers as a chat completion."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from deployments.protocol.errors import ErrorResponse, OpenAIError
+from deployments.protocol.responses import ChatCompletion
+from router.apis.edge import ApiEdge
+from router.dispatch import Routed
+from router.model_stream import ModelStream
+
+
+def edge_error(
+    edge: ApiEdge, err: ErrorResponse | OpenAIError, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error in `edge`'s JSON shape, with its HTTP status (and `Retry-After` for a 429)."""
+    resp = err.response() if isinstance(err, OpenAIError) else err
+    if resp.retry_after_s is not None:
+        headers = {**(headers or {}), "retry-after": str(resp.retry_after_s)}
+    return JSONResponse(edge.error_body(resp), status_code=resp.status_code, headers=headers)
+
+
+async def _relay(edge: ApiEdge, chat: dict[str, Any], stream: ModelStream) -> AsyncIterator[str]:
+    """`edge`'s events for a routed stream; the model request ends with the client (closing the
+    stream cancels the model call, which also ends a read the edge has pending)."""
+    try:
+        async for event in edge.events(chat, _typed(stream.items())):
+            yield event
+    finally:
+        stream.close()
+
+
+async def _typed(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[BaseModel]:
+    try:
+        async for item in items:
+            assert isinstance(item, BaseModel), "an API edge routes with typed chunks, not bytes"
+            yield item
+    finally:
+        await items.aclose()  # `events` closes this generator with no read pending on it
+
+
+def edge_answer(edge: ApiEdge, chat: dict[str, Any], outcome: Routed | ErrorResponse) -> Response:
+    """The HTTP answer to a routed chat request that came through `edge`.
+
+    Args:
+        edge: the API the request came through.
+        chat: the chat body `edge.chat_body` made of it.
+        outcome: what `Gateway.route("chat", ...)` answered (routed with typed chunks).
+
+    Returns:
+        JSON or an SSE stream in the API's shapes, or the API's error, with the decision
+        headers of `Routed.headers`.
+    """
+    if isinstance(outcome, ErrorResponse):
+        return edge_error(edge, outcome)
+    headers = outcome.headers()
+    result = outcome.result
+    if isinstance(result, ModelStream):
+        if isinstance(result.first, ErrorResponse):
+            result.close()
+            return edge_error(edge, result.first, headers)
+        events = _relay(edge, chat, result)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    if isinstance(result, ErrorResponse):
+        return edge_error(edge, result, headers)
+    assert isinstance(result, ChatCompletion), f"a chat route answered {type(result).__name__}"
+    return JSONResponse(edge.answer(chat, result), headers=headers)
