@@ -16,6 +16,8 @@ from typing import Any
 
 from configs.request_limits import RequestLimits
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from router.apis.anthropic.protocol import CountTokensRequest, MessagesRequest
+from router.apis.responses.protocol import ResponsesRequest
 
 Body = dict[str, Any]
 Mutator = Callable[[random.Random, Body, str], "Body | bytes"]
@@ -26,7 +28,20 @@ _RAW = "\x00fuzz-raw\x00"
 FIELDS = {
     "chat": sorted(ChatCompletionRequest.model_fields),
     "completions": sorted(CompletionRequest.model_fields),
+    "messages": sorted(MessagesRequest.model_fields),
+    "count_tokens": sorted(CountTokensRequest.model_fields),
+    "responses": sorted(ResponsesRequest.model_fields),
 }
+"""Each endpoint's top-level request fields."""
+TURNS = {
+    "chat": "messages",
+    "messages": "messages",
+    "count_tokens": "messages",
+    "responses": "input",
+}
+"""The field that holds the conversation, by endpoint (completions has none: `prompt`)."""
+STOPS = {"messages": "stop_sequences", "count_tokens": "stop_sequences"}
+"""The stop-strings field where it is not `stop`."""
 TOOL = {
     "type": "function",
     "function": {

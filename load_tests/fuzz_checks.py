@@ -1,9 +1,9 @@
 """Send fuzz examples over HTTP and check the server's answers; steady valid streams alongside.
 
-For every example: no 5xx (nor a dropped connection), every 4xx is exactly
-`{"error": {"message", "type", "param", "code"}}`, and a 200 stream carries no error event.
-Every `check_every` examples: `GET /health` has the `status` and `down` it had at the start,
-and a small valid chat request is served (200).
+For every example: no 5xx (nor a dropped connection), and every 4xx and 200 in the shape of the
+endpoint's API (`load_tests.fuzz_shapes`: OpenAI's or Anthropic's error object, a stream without
+an error event that ends as its API ends one). Every `check_every` examples: `GET /health` has
+the `status` and `down` it had at the start, and a small valid chat request is served (200).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from load_tests.client import RequestRecord, Target, stream_request
 from load_tests.fuzz_requests import FuzzExample, valid_request
+from load_tests.fuzz_shapes import answer_problem
 
-ERROR_KEYS = frozenset({"message", "type", "param", "code"})
 SUPPRESSED = [
     HealthCheck.too_slow,  # every example is an HTTP round trip
     HealthCheck.data_too_large,
@@ -61,38 +61,6 @@ class Violation:
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the report."""
         return dict(self.__dict__)
-
-
-def error_body_problem(resp: httpx.Response) -> str | None:
-    """What is wrong with a 4xx answer's body; None when it is an OpenAI error object."""
-    try:
-        doc = resp.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return f"not JSON: {resp.text[:300]!r}"
-    if not isinstance(doc, dict) or set(doc) != {"error"} or not isinstance(doc["error"], dict):
-        return f"not {{'error': {{...}}}}: {json.dumps(doc)[:300]}"
-    err = doc["error"]
-    if set(err) != ERROR_KEYS:
-        return f"error keys {sorted(err)} != {sorted(ERROR_KEYS)}: {json.dumps(doc)[:300]}"
-    types_ok = isinstance(err["message"], str) and isinstance(err["type"], str)
-    optional_ok = all(err[k] is None or isinstance(err[k], str) for k in ("param", "code"))
-    if not (types_ok and optional_ok):
-        return f"error field types: {json.dumps(doc)[:300]}"
-    return None
-
-
-def stream_problem(text: str) -> str | None:
-    """An error event in a 200 SSE stream, or a non-JSON event; None when the stream is clean."""
-    for line in text.splitlines():
-        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-            continue
-        try:
-            event = json.loads(line[5:])
-        except json.JSONDecodeError:
-            return f"event is not JSON: {line[:300]!r}"
-        if isinstance(event, dict) and "error" in event:
-            return f"error event: {line[:300]}"
-    return None
 
 
 def status_class(status: int | None) -> str:
@@ -207,20 +175,10 @@ class RequestPathChecker:
         status = resp.status_code
         if status >= 500:
             self._violation("5xx", example, status, resp.text)
-        elif status >= 400:
-            problem = error_body_problem(resp)
-            if problem:
-                self._violation("error_body", example, status, problem)
-        elif status == 200:
-            if resp.headers.get("content-type", "").startswith("text/event-stream"):
-                problem = stream_problem(resp.text)
-                if problem:
-                    self._violation("stream_error", example, status, problem)
-            else:
-                try:
-                    resp.json()
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    self._violation("bad_200", example, status, resp.text)
+        else:
+            problem = answer_problem(example.endpoint, resp)
+            if problem is not None:
+                self._violation(problem[0], example, status, problem[1])
         return status
 
     def periodic(self, example: FuzzExample) -> None:

@@ -1,18 +1,19 @@
-"""Hypothesis strategies of request bodies for fuzzing `/v1/chat/completions` and `/v1/completions`.
+"""Hypothesis strategies of request bodies for fuzzing the request path: OpenAI's
+`/v1/chat/completions` and `/v1/completions`, Anthropic's `/v1/messages` and
+`/v1/messages/count_tokens`, OpenAI's `/v1/responses`.
 
-A base body is drawn from the request model's own JSON Schema (`ChatCompletionRequest` /
-`CompletionRequest`) with `hypothesis_jsonschema.from_schema` (objects are composed here, see
-`schema_strategy`), the schema adapted so that hypothesis-jsonschema can use it and examples
-stay cheap: `$ref`s inlined, annotations and pydantic's
-`discriminator` dropped, lists and strings capped, open objects (`parameters`, `schema`,
-`arguments`, `logit_bias`) replaced by a few realistic values. Every valid body gets
-`max_tokens` 1..4 and a served model id (or no `model`), so serving one costs little.
+A base body is drawn from the endpoint's request model's own JSON Schema
+(`ChatCompletionRequest`, `CompletionRequest`, `MessagesRequest`, `CountTokensRequest`,
+`ResponsesRequest`) through `load_tests.fuzz_schema` (the schema adapted so that examples stay
+cheap and realistic), or for the Messages and Responses APIs half the time is one of the
+hand-written bodies of `load_tests.fuzz_agent_bodies` (tools, tool calls and results, streams).
+Every valid body gets an output limit of 1..4 tokens (`max_tokens`, `max_output_tokens`) and a
+served model id (or no `model` where the API allows it), so serving one costs little.
 
 Most examples (>= 80 %) are then made invalid by one of the mutators of
 `load_tests.fuzz_mutators`. Each example is sent as raw `bytes` (deep nesting cannot go through
 Python's recursive `json`), with `expected_invalid` computed locally by the router's own edge
-checks: `limits.parse_body` (size, depth, JSON), `validation.parse_request` with the default
-`RequestLimits` (schema, counts, schema sizes) and an unknown `model`.
+checks (`load_tests.fuzz_verdict.local_verdict`).
 """
 
 from __future__ import annotations
@@ -21,28 +22,52 @@ import copy
 import json
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis_jsonschema import from_schema
+from pydantic import BaseModel
 
-from configs.request_limits import RequestLimits
-from deployments.protocol.errors import OpenAIError
-from deployments.protocol.limits import parse_body
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
-from deployments.protocol.validation import parse_request
+from load_tests.fuzz_agent_bodies import (
+    MESSAGES_BODIES,
+    RESPONSES_BODIES,
+    realistic,
+    repair_messages,
+    repair_responses,
+)
 from load_tests.fuzz_bodies import Mutator
 from load_tests.fuzz_mutators import MUTATORS, mutate_extra_fields
+from load_tests.fuzz_schema import (
+    ANTHROPIC_OVERRIDES,
+    OPENAI_OVERRIDES,
+    RESPONSES_OVERRIDES,
+    adapt_schema,
+    schema_strategy,
+)
+from load_tests.fuzz_verdict import PATHS, Endpoint, Request, local_verdict
+from router.apis.anthropic.protocol import CountTokensRequest, MessagesRequest
+from router.apis.responses.protocol import ResponsesRequest
 
-Endpoint = Literal["chat", "completions"]
-
-PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-SCHEMAS = {"chat": ChatCompletionRequest, "completions": CompletionRequest}
-VOCAB_SIZE = 49152
-"""SmolLM2's vocabulary: token ids in base bodies stay below it."""
+SCHEMAS: dict[Endpoint, tuple[type[BaseModel], Mapping[str, dict[str, Any]]]] = {
+    "chat": (ChatCompletionRequest, OPENAI_OVERRIDES),
+    "completions": (CompletionRequest, OPENAI_OVERRIDES),
+    "messages": (MessagesRequest, ANTHROPIC_OVERRIDES),
+    "count_tokens": (CountTokensRequest, ANTHROPIC_OVERRIDES),
+    "responses": (ResponsesRequest, RESPONSES_OVERRIDES),
+}
+"""Endpoint -> (request model, the schema overrides its bodies are drawn with)."""
+OPENAI_ENDPOINTS: tuple[Endpoint, ...] = ("chat", "chat", "chat", "completions")
+AGENT_ENDPOINTS: tuple[Endpoint, ...] = (
+    "messages",
+    "responses",
+    "count_tokens",
+    "messages",
+    "responses",
+)
+"""The APIs coding agents speak (Claude Code, Codex), weighted by repetition."""
 CHEAP_MAX_TOKENS = 4
 UNMUTATED_SHARE = 0.05
 EXTRA_FIELDS_ONLY_SHARE = 0.02
@@ -50,100 +75,13 @@ SECOND_MUTATOR_SHARE = 0.35
 REJECTED_MAX_TOKENS = 2**31
 """An output limit this large exceeds every context, so the router refuses it unserved."""
 
-SAMPLE_SCHEMAS: list[dict[str, Any]] = [
-    {"type": "object"},
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    {
-        "type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 0}, "tags": {"type": "array"}},
-        "additionalProperties": False,
-    },
-    {"type": "object", "properties": {"ok": {"type": "boolean"}, "x": {"enum": ["a", "b"]}}},
-]
-"""Valid JSON Schemas used for `parameters` and `json_schema.schema` in base bodies."""
-
-_DROP = frozenset({"title", "description", "default", "discriminator", "examples"})
-_LIST_CAPS = {"messages": (1, 3), "tools": (0, 2), "tool_calls": (0, 2), "stop": (0, 2)}
-_STRING_CAP = 16
-_OVERRIDES: dict[str, dict[str, Any]] = {
-    "parameters": {"anyOf": [{"enum": SAMPLE_SCHEMAS}, {"type": "null"}]},
-    "schema": {"enum": SAMPLE_SCHEMAS},
-    "arguments": {"enum": ["{}", '{"city": "Paris"}', "", {}, {"city": "Paris"}]},
-    "logit_bias": {"anyOf": [{"enum": [{}, {"1": 0.5}, {"42": -100}]}, {"type": "null"}]},
-    "seed": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, {"type": "null"}]},
-    "n": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2}, {"type": "null"}]},
-    "best_of": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2}, {"type": "null"}]},
-    "stop_token_ids": {
-        "anyOf": [
-            {
-                "type": "array",
-                "maxItems": 2,
-                "items": {"type": "integer", "minimum": 0, "maximum": VOCAB_SIZE - 1},
-            },
-            {"type": "null"},
-        ]
-    },
-    "prompt": {
-        "anyOf": [
-            {"type": "string", "minLength": 1, "maxLength": _STRING_CAP},
-            {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 2,
-                "items": {"type": "string", "minLength": 1, "maxLength": _STRING_CAP},
-            },
-            {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 4,
-                "items": {"type": "integer", "minimum": 0, "maximum": VOCAB_SIZE - 1},
-            },
-        ]
-    },
-}
-
-
-def adapt_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic model's JSON Schema in a form hypothesis-jsonschema draws from cheaply.
-
-    `$ref`s into `$defs` are inlined (the request models are not recursive), annotations and
-    `discriminator` dropped, arrays and strings capped and a few open-ended properties replaced
-    (`_OVERRIDES`).
-    """
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any, name: str | None) -> Any:
-        if isinstance(node, list):
-            return [walk(item, name) for item in node]
-        if not isinstance(node, dict):
-            return node
-        if "$ref" in node:
-            return walk(defs[node["$ref"].rsplit("/", 1)[-1]], name)
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            if key in _DROP or key == "$defs":
-                continue
-            if key == "properties":
-                out[key] = {p: _OVERRIDES.get(p) or walk(v, p) for p, v in value.items()}
-            else:
-                out[key] = walk(value, name)
-        if out.get("type") == "array":
-            low, high = _LIST_CAPS.get(name or "", (0, 3))
-            out["minItems"] = max(out.get("minItems", 0), low)
-            out["maxItems"] = high
-        if out.get("type") == "string" and "enum" not in out and "const" not in out:
-            out["maxLength"] = _STRING_CAP
-        return out
-
-    return walk(schema, None)
-
 
 @dataclass(frozen=True)
 class FuzzExample:
     """One request to send.
 
     Attributes:
-        endpoint: `chat` or `completions`.
+        endpoint: Which API (`PATHS` names its route).
         body: The exact HTTP body.
         mutators: The mutator families applied, primary first; empty for an unmutated body.
         expected_invalid: The router's own edge checks refuse the body (computed locally).
@@ -178,73 +116,26 @@ def classify(example: FuzzExample) -> str:
     return example.mutators[0] if example.mutators else "valid_base"
 
 
-def local_verdict(
-    endpoint: Endpoint,
-    body: bytes,
-    models: Sequence[str],
-    aliases: Sequence[str] = ("auto",),
-    limits: RequestLimits | None = None,
-) -> tuple[bool, str, ChatCompletionRequest | CompletionRequest | None]:
-    """Whether the router's edge checks refuse `body`, and why.
-
-    Returns:
-        (invalid, reason, the parsed request when valid).
-    """
-    limits = limits or RequestLimits()
-    try:
-        obj = parse_body(body, limits)
-        request = parse_request(SCHEMAS[endpoint], obj, limits)
-    except OpenAIError as exc:
-        return True, str(exc)[:300], None
-    except (RecursionError, ValueError, TypeError) as exc:  # beyond what Python can parse
-        return True, f"{type(exc).__name__}: {exc}"[:300], None
-    if request.model is not None and request.model not in (*models, *aliases):
-        return True, f"unknown model {request.model!r}"[:300], None
-    return False, "", request
-
-
-def _cheap(request: ChatCompletionRequest | CompletionRequest) -> bool:
+def _cheap(endpoint: Endpoint, request: Request) -> bool:
+    if endpoint == "count_tokens":  # counted, never generated
+        return True
     limit = request.output_limit()
     return limit is not None and (limit <= CHEAP_MAX_TOKENS or limit >= REJECTED_MAX_TOKENS)
 
 
-def _has_object(node: Any) -> bool:
-    if isinstance(node, list):
-        return any(_has_object(n) for n in node)
-    if not isinstance(node, dict):
-        return False
-    if node.get("type") == "object" or "properties" in node:
-        return True
-    return any(_has_object(v) for k, v in node.items() if k not in ("enum", "const"))
-
-
-def schema_strategy(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
-    """Values of an adapted schema (`adapt_schema`).
-
-    Sub-schemas without objects are drawn by `hypothesis_jsonschema.from_schema`; objects,
-    and the arrays and unions around them, are composed here with `st.fixed_dictionaries`,
-    `st.lists` and `st.one_of`, because hypothesis-jsonschema 0.23's object generation calls a
-    hypothesis internal (`cu.many(...).more()`) that newer hypothesis releases removed.
-    """
-    if not _has_object(schema):
-        return from_schema(schema)
-    for union in ("anyOf", "oneOf"):  # the request models' unions have disjoint members
-        if union in schema:
-            return st.one_of([schema_strategy(s) for s in schema[union]])
-    if schema.get("type") == "array":
-        items = schema_strategy(schema.get("items", {}))
-        return st.lists(items, min_size=schema.get("minItems", 0), max_size=schema["maxItems"])
-    props = schema.get("properties", {})
-    required = set(schema.get("required", ()))
-    return st.fixed_dictionaries(
-        {k: schema_strategy(v) for k, v in props.items() if k in required},
-        optional={k: schema_strategy(v) for k, v in props.items() if k not in required},
-    )
+def _set_output_limit(body: dict[str, Any], endpoint: Endpoint, tokens: int) -> None:
+    """The endpoint's output limit set to `tokens` (count_tokens has none)."""
+    if endpoint == "responses":
+        body["max_output_tokens"] = tokens
+    elif endpoint != "count_tokens":
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = tokens
 
 
 @lru_cache(maxsize=None)
 def _schema_strategy(endpoint: Endpoint) -> st.SearchStrategy[dict[str, Any]]:
-    return schema_strategy(adapt_schema(SCHEMAS[endpoint].model_json_schema()))
+    model, overrides = SCHEMAS[endpoint]
+    return schema_strategy(adapt_schema(model.model_json_schema(), overrides))
 
 
 def _repair_tool_choice(draw: st.DrawFn, body: dict[str, Any]) -> None:
@@ -261,23 +152,32 @@ def _repair_tool_choice(draw: st.DrawFn, body: dict[str, Any]) -> None:
 
 @st.composite
 def base_bodies(draw: st.DrawFn, endpoint: Endpoint, models: Sequence[str]) -> dict[str, Any]:
-    """A schema-drawn body, made valid-ish and cheap: `max_tokens` 1..4, a served model or none.
+    """A schema-drawn (or for the agent APIs, half the time a hand-written) body, made
+    valid-ish and cheap: an output limit of 1..4 tokens, a served model, or none where `model`
+    is optional.
 
     Args:
-        endpoint: `chat` or `completions`.
-        models: Served model ids; `model` is one of them or omitted.
+        endpoint: Which API's body.
+        models: Served model ids.
     """
-    body = copy.deepcopy(draw(_schema_strategy(endpoint)))
-    body.pop("max_completion_tokens", None)
-    body["max_tokens"] = draw(st.integers(1, CHEAP_MAX_TOKENS))
-    model = draw(st.sampled_from([*models, None]))
+    if endpoint in AGENT_ENDPOINTS and draw(st.booleans()):
+        body = realistic(draw, endpoint)
+    else:
+        body = copy.deepcopy(draw(_schema_strategy(endpoint)))
+        if endpoint == "chat":
+            _repair_tool_choice(draw, body)
+        elif endpoint == "responses":
+            repair_responses(draw, body)
+        elif endpoint != "completions":
+            repair_messages(draw, body)
+    _set_output_limit(body, endpoint, draw(st.integers(1, CHEAP_MAX_TOKENS)))
+    optional = endpoint not in ("messages", "count_tokens")
+    model = draw(st.sampled_from([*models, None] if optional else list(models)))
     body.pop("model", None)
     if model is not None:
         body["model"] = model
-    if endpoint == "chat":
-        _repair_tool_choice(draw, body)
-        if draw(st.booleans()):  # half the bodies end with a plain user turn, as clients send
-            body["messages"] = [{"role": "user", "content": draw(st.sampled_from(["Hi", "2+2?"]))}]
+    if endpoint == "chat" and draw(st.booleans()):  # as clients send: a plain user turn last
+        body["messages"] = [{"role": "user", "content": draw(st.sampled_from(["Hi", "2+2?"]))}]
     return body
 
 
@@ -315,7 +215,7 @@ def pick_mutators(rng: random.Random, endpoint: Endpoint) -> list[tuple[str, Mut
 def fuzz_examples(
     draw: st.DrawFn,
     models: Sequence[str],
-    endpoints: Sequence[Endpoint] = ("chat", "chat", "chat", "completions"),
+    endpoints: Sequence[Endpoint] = OPENAI_ENDPOINTS + AGENT_ENDPOINTS,
 ) -> FuzzExample:
     """One example: a base body, usually mutated, serialized, and classified locally.
 
@@ -334,11 +234,10 @@ def fuzz_examples(
         body = mutator(rng, body, endpoint)
         names.append(name)
     raw = _serialize(body)
-    invalid, reason, request = local_verdict(endpoint, raw, models)
-    if request is not None and not _cheap(request):
-        if isinstance(body, dict):  # a mutator unset or enlarged `max_tokens`: keep it cheap
-            body.pop("max_completion_tokens", None)
-            body["max_tokens"] = CHEAP_MAX_TOKENS
+    _, _, request = local_verdict(endpoint, raw, models)
+    if request is not None and not _cheap(endpoint, request):
+        if isinstance(body, dict):  # a mutator unset or enlarged the output limit: keep it cheap
+            _set_output_limit(body, endpoint, CHEAP_MAX_TOKENS)
             raw = _serialize(body)
         else:
             raw, names = _serialize(base), []
@@ -355,6 +254,19 @@ def make_example(
     raw = _serialize(body)
     invalid, reason, _ = local_verdict(endpoint, raw, models)
     return FuzzExample(endpoint, raw, mutators, invalid, reason)
+
+
+def hand_written_examples(model: str) -> list[FuzzExample]:
+    """The hand-written bodies of every agent endpoint (`load_tests.fuzz_agent_bodies`) for
+    `model` (one with tools and a tool parser: some bodies declare tools), each with an output
+    limit of `CHEAP_MAX_TOKENS`: bodies every server of these APIs should serve."""
+    out = []
+    for endpoint in ("messages", "count_tokens", "responses"):
+        for written in RESPONSES_BODIES if endpoint == "responses" else MESSAGES_BODIES:
+            body = {**copy.deepcopy(written), "model": model}
+            _set_output_limit(body, endpoint, CHEAP_MAX_TOKENS)
+            out.append(make_example(endpoint, body, [model], ("hand_written",)))
+    return out
 
 
 def valid_request(model: str, max_tokens: int = 2) -> dict[str, Any]:

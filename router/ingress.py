@@ -47,7 +47,7 @@ from deployments.protocol.tokenize import DetokenizeRequest, tokenize_schema
 from deployments.protocol.validation import wants_stream
 from router.apis.anthropic import AnthropicEdge
 from router.apis.edge import ApiEdge
-from router.apis.http import edge_answer, edge_error
+from router.apis.http import EdgeJSONResponse, edge_answer, edge_error
 from router.apis.responses import ResponsesEdge, ResponseStore
 from router.auth import authorized
 from router.dispatch import Routed
@@ -272,8 +272,8 @@ class Router:
 
     async def _stored(self, response_id: str, delete: bool) -> Response:
         if delete:
-            return JSONResponse(self.responses.delete(response_id))
-        return JSONResponse(self.responses.get(response_id))
+            return EdgeJSONResponse(self.responses.delete(response_id))
+        return EdgeJSONResponse(self.responses.get(response_id))
 
     @app.get("/v1/responses/{response_id}")
     async def http_get_response(self, response_id: str, request: Request) -> Response:

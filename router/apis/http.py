@@ -3,6 +3,7 @@ answer rendered in the API's shapes, with the same decision headers as a chat co
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -16,6 +17,19 @@ from router.dispatch import Routed
 from router.model_stream import ModelStream
 
 
+class EdgeJSONResponse(JSONResponse):
+    """JSON that may echo request strings holding lone UTF-16 surrogates (a Response's
+    `metadata` or `user`, an error naming a declared tool), which JSON escapes can carry and
+    UTF-8 cannot: the body is UTF-8, with `\\uXXXX` escapes instead when it would not encode."""
+
+    def render(self, content: Any) -> bytes:
+        """`content` as compact JSON bytes."""
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+
+
 def edge_error(
     edge: ApiEdge, err: ErrorResponse | OpenAIError, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -23,7 +37,7 @@ def edge_error(
     resp = err.response() if isinstance(err, OpenAIError) else err
     if resp.retry_after_s is not None:
         headers = {**(headers or {}), "retry-after": str(resp.retry_after_s)}
-    return JSONResponse(edge.error_body(resp), status_code=resp.status_code, headers=headers)
+    return EdgeJSONResponse(edge.error_body(resp), status_code=resp.status_code, headers=headers)
 
 
 async def _relay(edge: ApiEdge, chat: dict[str, Any], stream: ModelStream) -> AsyncIterator[str]:
@@ -70,4 +84,4 @@ def edge_answer(edge: ApiEdge, chat: dict[str, Any], outcome: Routed | ErrorResp
     if isinstance(result, ErrorResponse):
         return edge_error(edge, result, headers)
     assert isinstance(result, ChatCompletion), f"a chat route answered {type(result).__name__}"
-    return JSONResponse(edge.answer(chat, result), headers=headers)
+    return EdgeJSONResponse(edge.answer(chat, result), headers=headers)

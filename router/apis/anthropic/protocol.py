@@ -149,9 +149,9 @@ class Tool(_Base):
         if v not in (None, "custom"):
             raise PydanticCustomError(
                 "server_tool",
-                "tool type '{kind}' is an Anthropic server tool, which this server does not run;"
+                "tool type {kind} is an Anthropic server tool, which this server does not run;"
                 " declare client tools only (name, description, input_schema)",
-                {"kind": v},
+                {"kind": repr(v)},  # escaped: pydantic cannot render a lone surrogate
             )
         return v
 
