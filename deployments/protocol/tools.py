@@ -212,6 +212,23 @@ def parse_tool_choice(value: Any, tools: list[JsonObject] | None) -> ToolChoice:
     return ToolChoice.resolve(_TOOL_CHOICE.validate_python(value), typed)
 
 
+def check_json_text(text: str, what: str) -> None:
+    """Check that a non-blank string is JSON (a blank one stands for `{}`).
+
+    Raises:
+        ValueError: naming `what`, when it is not JSON or nests too deeply to read (the
+            `RecursionError` pydantic would not catch, a 500 otherwise).
+    """
+    if not text.strip():
+        return
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} are not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} nest too deeply to be read") from None
+
+
 class FunctionCall(_Base):
     """`messages[].tool_calls[].function`: `arguments` is a JSON object, or a string of JSON.
 
@@ -226,13 +243,8 @@ class FunctionCall(_Base):
     @field_validator("arguments")
     @classmethod
     def _json(cls, v: JsonObject | str) -> JsonObject | str:
-        if isinstance(v, str) and v.strip():
-            try:
-                json.loads(v)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"tool call arguments are not JSON: {exc}") from None
-            except RecursionError:  # not caught by pydantic: it would be a 500
-                raise ValueError("tool call arguments nest too deeply to be read") from None
+        if isinstance(v, str):
+            check_json_text(v, "tool call arguments")
         return v
 
     def arguments_object(self) -> JsonObject | None:

@@ -10,12 +10,11 @@ recognised so that `tools.Toolset` can drop or refuse them by name.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from deployments.protocol.tools import by_type, check_json_schema
+from deployments.protocol.tools import by_type, check_json_schema, check_json_text
 from router.apis.responses.tools import FunctionChoice, Tool
 
 
@@ -83,13 +82,7 @@ class FunctionCallItem(_Base):
     @field_validator("arguments")
     @classmethod
     def _json(cls, v: str) -> str:
-        if v.strip():
-            try:
-                json.loads(v)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"arguments are not JSON: {exc}") from None
-            except RecursionError:  # not caught by pydantic: it would be a 500
-                raise ValueError("arguments nest too deeply to be read") from None
+        check_json_text(v, "arguments")
         return v
 
 
