@@ -22,10 +22,13 @@ class CheckpointRef:
     Attributes:
         directory: the folder passed to `from_pretrained`.
         gguf_file: file name inside `directory` for GGUF checkpoints, else None.
+        origin: the GGUF file that `directory` was converted from (`engine.gguf_cache`); the
+            config's checks name it. None for a checkpoint read where it is.
     """
 
     directory: Path
     gguf_file: str | None
+    origin: Path | None = None
 
     @classmethod
     def from_path(cls, path: str | Path) -> CheckpointRef:
@@ -48,6 +51,11 @@ class CheckpointRef:
     def kwargs(self) -> dict[str, str]:
         """Extra keyword arguments for transformers' `from_pretrained`."""
         return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+    @property
+    def from_gguf(self) -> bool:
+        """A GGUF file, read directly or through its converted directory (`origin`)."""
+        return self.gguf_file is not None or self.origin is not None
 
     @property
     def config_file(self) -> Path:

@@ -21,6 +21,7 @@ from engine.cpu_threads import CpuThreads
 from engine.decode_graphs import DecodeGraphSpec
 from engine.deepseek_v4.cache import HybridKVSpec
 from engine.executor import Executor, LocalExecutor
+from engine.gguf_cache import loadable
 from engine.graph_capture import capture_decode_graphs
 from engine.kv_budget import num_kv_blocks
 from engine.kv_layout import AnyKVSpec, block_manager_for, kv_spec
@@ -86,7 +87,7 @@ def build_engine(
     """
     platform = current_platform()
     threads = CpuThreads(config, platform)
-    ref = CheckpointRef.from_path(checkpoint)
+    ref = loadable(CheckpointRef.from_path(checkpoint))
     hf_config = load_config(ref)
     eos = eos_token_ids(ref, hf_config)
     dtype = resolve_dtype(config.dtype, platform)

@@ -80,14 +80,14 @@ def load_config(ref: CheckpointRef) -> PretrainedConfig:
             `model_type` or one the engine does not serve (`engine.architectures`), or
             `architectures` that contradict it; or transformers rejects it.
     """
-    if ref.gguf_file is None:
+    if not ref.from_gguf:  # transformers wrote a converted GGUF's config.json itself
         _check_config_json(ref)
     try:
         config = AutoConfig.from_pretrained(ref.directory, **ref.kwargs())
     except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
         raise ValueError(f"{ref.config_file}: {_one_line(exc)}") from exc
-    if ref.gguf_file is not None:  # the GGUF's `general.architecture`, as transformers maps it
-        check_architecture(config, ref.config_file)
+    if ref.from_gguf:  # the GGUF's `general.architecture`, as transformers maps it
+        check_architecture(config, ref.origin or ref.config_file)
     return config
 
 

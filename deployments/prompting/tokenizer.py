@@ -7,6 +7,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from engine.checkpoint_ref import CheckpointRef
+from engine.gguf_cache import loadable
 
 
 def load_tokenizer(checkpoint: str) -> Any:
@@ -18,5 +19,5 @@ def load_tokenizer(checkpoint: str) -> Any:
     Raises:
         ValueError: the path is not a checkpoint (see `CheckpointRef.from_path`).
     """
-    ref = CheckpointRef.from_path(checkpoint)
+    ref = loadable(CheckpointRef.from_path(checkpoint))
     return AutoTokenizer.from_pretrained(ref.directory, **ref.kwargs())

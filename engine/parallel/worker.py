@@ -14,6 +14,7 @@ from engine.checkpoint_ref import CheckpointRef
 from engine.decode_graphs import DecodeGraphSpec
 from engine.executor import ModelShard
 from engine.fused_layers import use_fused_layers
+from engine.gguf_cache import loadable
 from engine.kv_budget import MemoryProfile
 from engine.kv_layout import AnyKVSpec
 from engine.lora.adapter import LoraAdapter
@@ -124,7 +125,9 @@ class RankWorker:
         """
         platform = current_platform()
         device = platform.device(0)  # Ray sets the visible-devices variable per actor
-        model = load_model(CheckpointRef.from_path(checkpoint), dtype, device, fused_layers=False)
+        model = load_model(
+            loadable(CheckpointRef.from_path(checkpoint)), dtype, device, fused_layers=False
+        )
         plan: dict[str, LinearShard] = {}
         shard_model(model, model.config, self.rank, self.world, expert_parallel, plan)
         use_fused_layers(model)

@@ -19,6 +19,7 @@ from configs.speculative_config import SpeculativeConfig
 from engine.block_manager import BlockManager
 from engine.checkpoint_ref import CheckpointRef
 from engine.deepseek_v4.cache import HybridKVSpec
+from engine.gguf_cache import loadable
 from engine.kv_layout import AnyKVSpec, allocate_kv_caches
 from engine.model_loader import load_config, load_model
 from engine.model_runner import ModelRunner
@@ -74,7 +75,7 @@ def load_drafter(
             return Drafter(V4MtpDraftModel(target.mtp, target), spec, mtp=True)
         return Drafter(MtpDraftModel(target.mtp), spec, mtp=True)
     assert config.model is not None, "validated by SpeculativeConfig"
-    ref = CheckpointRef.from_path(config.model.resolve())
+    ref = loadable(CheckpointRef.from_path(config.model.resolve()))
     draft_config = load_config(ref)
     if draft_config.vocab_size > target_config.vocab_size:
         raise ValueError(

@@ -22,6 +22,7 @@ from transformers import PretrainedConfig
 from configs.speculative_config import SpeculativeConfig
 from engine.checkpoint_ref import CheckpointRef
 from engine.deepseek_v4.cache import SLIDING, HybridKVSpec
+from engine.gguf_cache import loadable
 from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import AnyKVSpec
 from engine.model_loader import load_config
@@ -56,7 +57,7 @@ def draft_kv_spec(
             return HybridKVSpec.from_config(block_config(target_config, SLIDING), dtype)
         return KVCacheSpec.mla(1, target_config.kv_lora_rank, target_config.qk_rope_head_dim, dtype)
     assert config.model is not None, "validated by SpeculativeConfig"
-    draft_config = load_config(CheckpointRef.from_path(config.model.resolve()))
+    draft_config = load_config(loadable(CheckpointRef.from_path(config.model.resolve())))
     return KVCacheSpec.from_config(draft_config, dtype)
 
 
