@@ -4,9 +4,11 @@ Ray Serve is started once per test session (on a port other than 8000, so a user
 `serve run` is not disturbed) and shut down at the end.
 
 Every test that needs Ray is marked `ray` (and `serve` when it talks to Ray Serve) at
-collection and put in the xdist group `ray`: under `pytest -n 2` one worker starts Ray once and
-runs them all (the simulated cluster of tests/test_multi_node.py too: run beside the Serve tests
-it made the suite slower, 27:22 against 23:58) while the other runs the CPU tests.
+collection. Under `pytest -n 2` the `serve` tests are the xdist group `serve`, run by one
+worker, which starts Ray and Serve once (the simulated cluster of tests/test_multi_node.py is in
+that group too: run beside the Serve tests, both took twice as long, 18:16 in all against 17:17);
+the other Ray tests (tensor-parallel ranks on a Ray instance of their own) are the group `ray`,
+which the other worker runs beside its CPU tests.
 
 Tests that build a model (an engine, a transformers model, a compiled graph) are marked `slow`
 (tests/engine but its unit modules, and `SLOW_MODULES`). `pytest -m "not ray and not slow"` is
@@ -42,7 +44,7 @@ SLOW_MODULES = frozenset(
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that need Ray `ray` (`serve` too on Ray Serve), put them in the xdist
-    group `ray`, and mark the tests that build a model `slow` (see the module docstring)."""
+    group `serve` (on Ray Serve) or `ray` (the rest), and mark the tests that build a model `slow` (see the module docstring)."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "serve_url" in fixtures:
@@ -56,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not (fixtures & RAY_FIXTURES or serve):
             continue
         item.add_marker(pytest.mark.ray)
-        item.add_marker(pytest.mark.xdist_group("ray"))
+        item.add_marker(pytest.mark.xdist_group("serve" if serve else "ray"))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -208,12 +209,13 @@ def test_v4_dsml_round_trip(families: dict[str, Any], tool_choice: Any) -> None:
 
 
 def test_v4_constrained_calls_always_parse(families: dict[str, Any]) -> None:
-    """52 seeded sampled generations (4 requests x n=13) under `required` and a named choice:
-    every one is one valid call of the tool."""
+    """52 seeded sampled generations (4 requests x n=13, sent at once so that the engine batches
+    them) under `required` and a named choice: every one is one valid call of the tool."""
     client = _client(families)
     named = {"type": "function", "function": {"name": "get_forecast"}}
-    for seed in range(4):
-        resp = client.chat.completions.create(
+
+    def ask(seed: int) -> Any:
+        return client.chat.completions.create(
             model=V4,
             messages=ASK,
             tools=[FORECAST],
@@ -224,6 +226,10 @@ def test_v4_constrained_calls_always_parse(families: dict[str, Any]) -> None:
             n=13,
             seed=seed,
         )
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, range(4)))
+    for resp in answers:
         for choice in resp.choices:
             assert choice.finish_reason == "tool_calls", choice
             (call,) = choice.message.tool_calls or []
