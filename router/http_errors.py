@@ -7,6 +7,9 @@ serialises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from fastapi.responses import JSONResponse
 
 from deployments.protocol.errors import ENGINE_ERROR, ErrorResponse, OpenAIError
@@ -83,10 +86,22 @@ def method_not_allowed(method: str, path: str) -> OpenAIError:
 
 
 def error_json(
-    err: ErrorResponse | OpenAIError, headers: dict[str, str] | None = None
+    err: ErrorResponse | OpenAIError,
+    headers: dict[str, str] | None = None,
+    body: Callable[[ErrorResponse], dict[str, Any]] = ErrorResponse.body,
+    response_class: type[JSONResponse] = JSONResponse,
 ) -> JSONResponse:
-    """An HTTP response `{"error": {message, type, param, code}}` with the error's status."""
+    """An HTTP response with the error's status (and `Retry-After` for a 429).
+
+    Args:
+        err: the error.
+        headers: more headers (the decision headers of a routed request).
+        body: its JSON body: OpenAI's `{"error": {message, type, param, code}}` by default, or
+            another API's shape (`router.apis.edge.ApiEdge.error_body`).
+        response_class: the JSON response class (`router.apis.http.EdgeJSONResponse` for bodies
+            that may echo lone surrogates).
+    """
     resp = err.response() if isinstance(err, OpenAIError) else err
     if resp.retry_after_s is not None:
         headers = {**(headers or {}), "retry-after": str(resp.retry_after_s)}
-    return JSONResponse(resp.body(), status_code=resp.status_code, headers=headers)
+    return response_class(body(resp), status_code=resp.status_code, headers=headers)

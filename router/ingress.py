@@ -27,7 +27,7 @@ limits): it is reachable only from inside the Ray cluster.
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from functools import partial
 from typing import Any
 
@@ -58,13 +58,10 @@ from router.http_errors import (
     not_found,
     unauthorized,
 )
-from router.openai_answers import http_result, python_result
+from router.openai_answers import ErrorRender, http_result, python_result
 from router.replica_metrics import replica_expositions
 
 logger = logging.getLogger(__name__)
-
-_Render = Callable[[ErrorResponse | OpenAIError, dict[str, str] | None], Response]
-"""An error as one API's HTTP answer (OpenAI's `error_json`, or an edge's `edge_error`)."""
 
 # no /docs, /redoc or /openapi.json: the API is OpenAI's, and Swagger UI would load from a CDN
 app = FastAPI(title="ascend-router", docs_url=None, redoc_url=None, openapi_url=None)
@@ -155,7 +152,7 @@ class Router:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _denied(self, request: Request, render: _Render = error_json) -> Response | None:
+    def _denied(self, request: Request, render: ErrorRender = error_json) -> Response | None:
         if authorized(request.headers, self.config.api_keys):
             return None
         return render(unauthorized(), {"www-authenticate": "Bearer"})
@@ -165,7 +162,7 @@ class Router:
         what: str,
         request: Request,
         work: Coroutine[Any, Any, Response],
-        render: _Render = error_json,
+        render: ErrorRender = error_json,
     ) -> Response:
         """`work`'s answer behind the API keys; an `OpenAIError` it raises is that error's
         answer, anything else an opaque 500 (a router bug), each rendered in the API's error

@@ -3,14 +3,14 @@ errors, with the decision headers (`router.dispatch.Routed.headers`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from deployments.protocol.error_stream import end_on_failure, error_stream
-from deployments.protocol.errors import ErrorResponse
+from deployments.protocol.errors import ErrorResponse, OpenAIError
 from deployments.protocol.sse import DONE, sse_event
 from router.dispatch import Routed
 from router.http_errors import error_json
@@ -51,19 +51,44 @@ def python_result(outcome: Routed | ErrorResponse, stream: bool) -> Any:
     return result
 
 
-def http_result(outcome: Routed | ErrorResponse) -> Response:
-    """The HTTP answer: JSON, an SSE stream, or an OpenAI error, with the decision headers."""
+ErrorRender = Callable[[ErrorResponse | OpenAIError, dict[str, str] | None], Response]
+"""An error as one API's HTTP answer, with the given headers (OpenAI's
+`router.http_errors.error_json`, or an edge's `router.apis.http.edge_error`)."""
+
+
+def routed_answer(
+    outcome: Routed | ErrorResponse,
+    error: ErrorRender,
+    events: Callable[[ModelStream], AsyncIterator[str | bytes]],
+    answer: Callable[[Any, dict[str, str]], Response],
+) -> Response:
+    """The HTTP answer to a routed request in one API's shapes, with the decision headers.
+
+    Args:
+        outcome: what `Gateway.route` answered.
+        error: renders an error (before the stream's first item, or instead of a response).
+        events: the SSE events of a stream whose first item is not an error.
+        answer: renders a whole (non-streamed) response with the headers.
+    """
     if isinstance(outcome, ErrorResponse):
-        return error_json(outcome)
+        return error(outcome, None)
     headers = outcome.headers()
     result = outcome.result
     if isinstance(result, ModelStream):
         if isinstance(result.first, ErrorResponse):
             result.close()
-            return error_json(result.first, headers)
-        return StreamingResponse(
-            sse(result.items()), media_type="text/event-stream", headers=headers
-        )
+            return error(result.first, headers)
+        return StreamingResponse(events(result), media_type="text/event-stream", headers=headers)
     if isinstance(result, ErrorResponse):
-        return error_json(result, headers)
-    return JSONResponse(result.model_dump(mode="json"), headers=headers)
+        return error(result, headers)
+    return answer(result, headers)
+
+
+def http_result(outcome: Routed | ErrorResponse) -> Response:
+    """The HTTP answer: JSON, an SSE stream, or an OpenAI error, with the decision headers."""
+    return routed_answer(
+        outcome,
+        error_json,
+        lambda stream: sse(stream.items()),
+        lambda result, headers: JSONResponse(result.model_dump(mode="json"), headers=headers),
+    )

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from functools import partial
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from deployments.protocol.errors import ErrorResponse, OpenAIError
 from deployments.protocol.responses import ChatCompletion
 from router.apis.edge import ApiEdge
 from router.dispatch import Routed
+from router.http_errors import error_json
 from router.model_stream import ModelStream
+from router.openai_answers import routed_answer
 
 
 class EdgeJSONResponse(JSONResponse):
@@ -34,10 +37,7 @@ def edge_error(
     edge: ApiEdge, err: ErrorResponse | OpenAIError, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """An error in `edge`'s JSON shape, with its HTTP status (and `Retry-After` for a 429)."""
-    resp = err.response() if isinstance(err, OpenAIError) else err
-    if resp.retry_after_s is not None:
-        headers = {**(headers or {}), "retry-after": str(resp.retry_after_s)}
-    return EdgeJSONResponse(edge.error_body(resp), status_code=resp.status_code, headers=headers)
+    return error_json(err, headers, edge.error_body, EdgeJSONResponse)
 
 
 async def _relay(edge: ApiEdge, chat: dict[str, Any], stream: ModelStream) -> AsyncIterator[str]:
@@ -71,17 +71,14 @@ def edge_answer(edge: ApiEdge, chat: dict[str, Any], outcome: Routed | ErrorResp
         JSON or an SSE stream in the API's shapes, or the API's error, with the decision
         headers of `Routed.headers`.
     """
-    if isinstance(outcome, ErrorResponse):
-        return edge_error(edge, outcome)
-    headers = outcome.headers()
-    result = outcome.result
-    if isinstance(result, ModelStream):
-        if isinstance(result.first, ErrorResponse):
-            result.close()
-            return edge_error(edge, result.first, headers)
-        events = _relay(edge, chat, result)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-    if isinstance(result, ErrorResponse):
-        return edge_error(edge, result, headers)
-    assert isinstance(result, ChatCompletion), f"a chat route answered {type(result).__name__}"
-    return EdgeJSONResponse(edge.answer(chat, result), headers=headers)
+
+    def answer(result: Any, headers: dict[str, str]) -> Response:
+        assert isinstance(result, ChatCompletion), f"a chat route answered {type(result).__name__}"
+        return EdgeJSONResponse(edge.answer(chat, result), headers=headers)
+
+    return routed_answer(
+        outcome,
+        partial(edge_error, edge),
+        lambda stream: _relay(edge, chat, stream),
+        answer,
+    )

@@ -86,12 +86,17 @@ class FunctionCallItem(_Base):
         return v
 
 
-class FunctionCallOutputItem(_Base):
-    """A `function_call_output`: the result of the call `call_id`, text or content parts."""
+class _CallOutput(_Base):
+    """The result of the call `call_id`: text or content parts."""
 
-    type: Literal["function_call_output"]
     call_id: str = Field(min_length=1)
     output: str | list[ContentPart]
+
+
+class FunctionCallOutputItem(_CallOutput):
+    """A `function_call_output`: the result of the function call `call_id`."""
+
+    type: Literal["function_call_output"]
 
 
 class CustomToolCallItem(_Base):
@@ -103,12 +108,10 @@ class CustomToolCallItem(_Base):
     input: str
 
 
-class CustomToolCallOutputItem(_Base):
+class CustomToolCallOutputItem(_CallOutput):
     """A `custom_tool_call_output`: the result of the custom call `call_id`."""
 
     type: Literal["custom_tool_call_output"]
-    call_id: str = Field(min_length=1)
-    output: str | list[ContentPart]
 
 
 class AdditionalToolsItem(_Base):
