@@ -6,10 +6,10 @@ included, then mapping and dequantising every tensor. For SmolLM2-135M on 2 core
 3.7 s per parse, paid by the config (twice), the weights and the tokenizer, plus 5 s of tensor
 name mapping: about 25 s of every replica start, and 2-3x that while other replicas start.
 
-The first load instead writes what transformers makes of the file: `config.json`,
-`generation_config.json`, the tokenizer files (chat template included) and the dequantised
-tensors as float32 safetensors (4 bytes per parameter: 540 MB for SmolLM2-135M), under
-`~/.cache/ascend-router/gguf/<key>/`. Every later load (a second replica, a restarted one, the
+The first load instead writes what transformers makes of the file: `config.json`, a
+`generation_config.json` where the file has one, the tokenizer files (chat template included)
+and the dequantised tensors as float32 safetensors (4 bytes per parameter: 540 MB for
+SmolLM2-135M), under `~/.cache/ascend-router/gguf/<key>/`. Every later load (a second replica, a restarted one, the
 next `serve run`) reads that directory: the same tensors bit for bit, in about 2 s.
 
 - The key hashes the file's resolved path, size and modification time, and the transformers

@@ -147,8 +147,8 @@ def test_every_supported_type_is_a_transformers_causal_lm_with_a_tested_tiny_che
 
 
 def test_supported_checkpoints_still_start(tmp_path: Path, smollm2_path: str) -> None:
-    # SmolLM2's GGUF (general.architecture llama) passes the check: its config only, since its
-    # weights take ~18 s to load and conftest's make_engine tests pay that already
+    # SmolLM2's GGUF (general.architecture llama) passes the check: its config only, since
+    # conftest's make_engine tests load its weights already
     assert load_config(CheckpointRef.from_path(smollm2_path)).model_type == "llama"
     path = make_tiny_checkpoint("deepseek_v3", tmp_path / "v3", real_vocab=False)
     LLMEngine(str(path), ENGINE_CONFIG).shutdown()  # DeepSeek MLA + MoE still starts
