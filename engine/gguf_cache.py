@@ -9,8 +9,9 @@ name mapping: about 25 s of every replica start, and 2-3x that while other repli
 The first load instead writes what transformers makes of the file: `config.json`, a
 `generation_config.json` where the file has one, the tokenizer files (chat template included)
 and the dequantised tensors as float32 safetensors (4 bytes per parameter: 540 MB for
-SmolLM2-135M), under `~/.cache/ascend-router/gguf/<key>/`. Every later load (a second replica, a restarted one, the
-next `serve run`) reads that directory: the same tensors bit for bit, in about 2 s.
+SmolLM2-135M), under `~/.cache/ascend-router/gguf/<key>/`. Every later load (a second replica,
+a restarted one, the next `serve run`) reads that directory: the same tensors bit for bit, in
+about 2 s.
 
 - The key hashes the file's resolved path, size and modification time, and the transformers
   version, so a replaced file or a different transformers converts again.
