@@ -16,8 +16,13 @@ about 2 s.
 - The key hashes the file's resolved path, size and modification time, and the transformers
   version, so a replaced file or a different transformers converts again.
 - A file lock per key: replicas starting together convert once; the others wait and read.
-- The directory appears (atomic rename) only once complete; an interrupted conversion leaves a
-  temporary directory that the next conversion of the same key removes.
+- The directory appears (atomic rename) only once complete, with a manifest (`MANIFEST`: the
+  source file and each file's size) written last. A directory whose files do not match it
+  (truncated, deleted) is converted again; so is one without it. An interrupted conversion
+  leaves a temporary directory that the next conversion of the same key removes.
+- A conversion removes the older ones of the same file (replaced, or touched), so the cache
+  holds one copy per GGUF file. Files are written readable by all (0644), so a cache can be
+  shared.
 - The config is read and checked (`engine.model_loader.load_config`: a refused architecture,
   an unreadable file) before any weight is converted, and its errors are raised as they are.
 - Files over `MAX_GGUF_BYTES` (their float32 copy would take tens of GB) and any later failure
@@ -30,11 +35,13 @@ about 2 s.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -52,8 +59,10 @@ CACHE_ENV = "ASCEND_ROUTER_GGUF_CACHE"
 DEFAULT_CACHE_DIR = "~/.cache/ascend-router/gguf"
 MAX_GGUF_BYTES = 1 << 30
 """GGUF files larger than this (about 1B parameters at 4-8 bits) are read directly each time."""
-FORMAT = "1"
+FORMAT = "2"
 """Bumped when what a converted directory holds changes."""
+MANIFEST = "gguf-cache.json"
+"""Written last into a converted directory: `{"source": path, "files": {name: bytes}}`."""
 
 
 def cache_dir() -> Path | None:
@@ -93,11 +102,15 @@ def loadable(ref: CheckpointRef) -> CheckpointRef:
             return ref
         key = cache_key(gguf)
         target = root / key
-        if not target.is_dir():
+        if not _intact(target):
             root.mkdir(parents=True, exist_ok=True)
             with FileLock(str(root / f"{key}.lock")):
-                if not target.is_dir():  # another process may have converted it meanwhile
+                if not _intact(target):  # another process may have converted it meanwhile
+                    if target.exists():
+                        logger.warning("GGUF cache: %s is damaged; converting again", target)
+                        shutil.rmtree(target)
                     _convert(ref, root, key)
+                    _drop_older(root, key, str(gguf.resolve()))
     except (_NotConverted, OSError) as exc:
         logger.warning("GGUF cache: %s is read directly (%s)", gguf, exc)
         return ref
@@ -130,6 +143,12 @@ def _convert(ref: CheckpointRef, root: Path, key: str) -> None:
             GenerationConfig.from_pretrained(ref.directory, **kwargs).save_pretrained(tmp)
         except OSError:
             pass  # no generation config in the file: the model config's eos ids are used
+        files = {}
+        for path in sorted(tmp.iterdir()):
+            path.chmod(0o644)  # safetensors writes 0600: a shared cache is read by others
+            files[path.name] = path.stat().st_size
+        source = str((ref.directory / (ref.gguf_file or "")).resolve())
+        (tmp / MANIFEST).write_text(json.dumps({"source": source, "files": files}))
         tmp.rename(root / key)
     except Exception as exc:  # noqa: BLE001  # whatever transformers raises: read the GGUF
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,3 +159,35 @@ def _convert(ref: CheckpointRef, root: Path, key: str) -> None:
         root / key,
         time.monotonic() - start,
     )
+
+
+def _manifest(directory: Path) -> dict[str, Any] | None:
+    """A converted directory's manifest, or None when it has none that reads."""
+    try:
+        data = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _intact(directory: Path) -> bool:
+    """`directory` holds every file its manifest lists, each of the listed size."""
+    manifest = _manifest(directory)
+    if manifest is None or not isinstance(manifest.get("files"), dict):
+        return False
+    try:
+        return all((directory / n).stat().st_size == b for n, b in manifest["files"].items())
+    except OSError:
+        return False
+
+
+def _drop_older(root: Path, key: str, source: str) -> None:
+    """Remove the other converted directories of `source` (an earlier version of the file)."""
+    for other in root.iterdir():
+        if other.name == key or not other.is_dir() or other.suffix == ".tmp":
+            continue
+        manifest = _manifest(other)
+        if manifest is not None and manifest.get("source") == source:
+            shutil.rmtree(other, ignore_errors=True)
+            (root / f"{other.name}.lock").unlink(missing_ok=True)
+            logger.info("GGUF cache: removed %s (an earlier version of %s)", other, source)

@@ -5,6 +5,8 @@ failures fall back to the file, with the errors the file gives."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -60,9 +62,10 @@ def test_two_loads_at_once_convert_once(
     assert ref.gguf_file is None and ref.origin == Path(smollm2_path).resolve()
     assert sum("converted" in r.getMessage() for r in records) == 1, records
     assert sorted(p.name for p in ref.directory.iterdir()) == [
-        "chat_template.jinja", "config.json", "model.safetensors", "tokenizer.json",
-        "tokenizer_config.json",
+        "chat_template.jinja", "config.json", "gguf-cache.json", "model.safetensors",
+        "tokenizer.json", "tokenizer_config.json",
     ]  # fmt: skip
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in ref.directory.iterdir())
     assert not list(ref.directory.parent.glob("*.tmp"))
 
 
@@ -124,3 +127,26 @@ def test_unreadable_files_give_the_same_errors_and_leave_nothing(
     monkeypatch.setenv(CACHE_ENV, str(cache))
     with pytest.raises(ValueError, match="junk.gguf"):
         loadable(CheckpointRef.from_path(junk))
+
+
+def test_a_damaged_copy_is_converted_again_and_a_changed_file_replaces_its_copy(
+    smollm2_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    gguf = tmp_path / "model.gguf"
+    shutil.copyfile(smollm2_path, gguf)
+    ref = CheckpointRef.from_path(gguf)
+    first = loadable(ref).directory
+    weights = first / "model.safetensors"
+    with weights.open("r+b") as f:  # a truncated copy (a full disk, a crash) is not reused
+        f.truncate(weights.stat().st_size // 2)
+    assert loadable(ref).directory == first
+    b = AutoModelForCausalLM.from_pretrained(first, dtype=torch.float32)  # whole again
+    assert b.model.embed_tokens.weight.shape[0] == 49152
+    (first / "config.json").unlink()
+    assert loadable(ref).directory == first and (first / "config.json").is_file()
+    os.utime(gguf)  # a replaced (here: touched) file converts again; its old copy goes
+    second = loadable(ref).directory
+    assert second != first and not first.exists()
+    assert [p.name for p in cache.iterdir() if p.is_dir()] == [second.name]
