@@ -109,16 +109,18 @@ def loadable(ref: CheckpointRef) -> CheckpointRef:
                     if target.exists():
                         logger.warning("GGUF cache: %s is damaged; converting again", target)
                         shutil.rmtree(target)
-                    _convert(ref, root, key)
-                    _drop_older(root, key, str(gguf.resolve()))
+                    source = gguf.resolve()
+                    _convert(ref, source, root, key)
+                    _drop_older(root, key, str(source))
     except (_NotConverted, OSError) as exc:
         logger.warning("GGUF cache: %s is read directly (%s)", gguf, exc)
         return ref
     return CheckpointRef(target, None, origin=gguf)
 
 
-def _convert(ref: CheckpointRef, root: Path, key: str) -> None:
-    """Write the converted directory `root/key` (through a temporary directory).
+def _convert(ref: CheckpointRef, source: Path, root: Path, key: str) -> None:
+    """Write the converted directory `root/key` of `ref`, the GGUF file `source` (resolved),
+    through a temporary directory.
 
     Raises:
         ValueError: see `loadable`.
@@ -147,15 +149,14 @@ def _convert(ref: CheckpointRef, root: Path, key: str) -> None:
         for path in sorted(tmp.iterdir()):
             path.chmod(0o644)  # safetensors writes 0600: a shared cache is read by others
             files[path.name] = path.stat().st_size
-        source = str((ref.directory / (ref.gguf_file or "")).resolve())
-        (tmp / MANIFEST).write_text(json.dumps({"source": source, "files": files}))
+        (tmp / MANIFEST).write_text(json.dumps({"source": str(source), "files": files}))
         tmp.rename(root / key)
     except Exception as exc:  # noqa: BLE001  # whatever transformers raises: read the GGUF
         shutil.rmtree(tmp, ignore_errors=True)
         raise _NotConverted(f"{type(exc).__name__}: {exc}") from exc
     logger.info(
         "GGUF cache: converted %s to %s in %.1f s (later loads read it)",
-        ref.directory / (ref.gguf_file or ""),
+        source,
         root / key,
         time.monotonic() - start,
     )
