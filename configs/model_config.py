@@ -10,10 +10,13 @@ from configs.engine_config import EngineConfig
 from configs.model_shape import ModelShape
 from configs.model_source import ModelSource
 from configs.monitoring import MonitoringConfig
+from configs.named_keys import check_known_keys
 from configs.policy_config import ModelCapabilities, PolicyConfig
 from configs.policy_validation import check_policy
 from configs.preprocessing import Preprocessing
+from configs.priorities import Priorities
 from configs.rate_limits import RateLimits
+from configs.replica_routing import ReplicaRouting, SessionSource
 from configs.request_limits import RequestLimits
 from configs.responses_store import ResponsesStoreConfig
 
@@ -132,6 +135,11 @@ class ModelDeploymentConfig(BaseModel):
         None, gt=0, description="Memory of one device (default per platform, e.g. 64 GiB 910B)."
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    routing: ReplicaRouting = Field(
+        default_factory=ReplicaRouting,
+        description="How calls are spread over the replicas: power of two, prefix-aware, "
+        "session affinity (`configs.replica_routing`).",
+    )
     stream_batching_interval_ms: float = Field(
         0.0,
         ge=0,
@@ -260,10 +268,22 @@ class RouterAppConfig(BaseModel):
         description="Requests and tokens per minute per API key and per tenant; over a limit "
         "the answer is 429 with `Retry-After` (`configs.rate_limits`).",
     )
+    priorities: Priorities | None = Field(
+        None,
+        description="Priority levels by tenant, API key or the request's own (lower-only) ask, "
+        "and tenants' weights in a saturated model's fair queue; unset, every request runs at "
+        "priority 0 (`configs.priorities`).",
+    )
     responses_store: ResponsesStoreConfig = Field(
         default_factory=ResponsesStoreConfig,
         description="How many Responses API responses are kept for `previous_response_id`, and "
         "for how long (`configs.responses_store`).",
+    )
+    session_key: list[SessionSource] = Field(
+        default_factory=lambda: ["header:x-session-id", "prompt_cache_key", "user"],
+        description="Where a request's session key comes from, first found wins: "
+        "`header:<name>` (a request header) or a body field (`prompt_cache_key`, `user`). "
+        "Models with `routing.session_affinity` keep a session on one replica; [] turns it off.",
     )
     router_deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 0.1}),
@@ -294,6 +314,15 @@ class RouterAppConfig(BaseModel):
             taken.add(name)
         check_policy(policy, self.capabilities())
         self.preprocessing.check_names(ids, policy.alias_names())
+        if self.priorities is not None:
+            check_known_keys(self.priorities.keys, "priorities.keys", self.api_keys)
+        levels = self.priorities.levels if self.priorities is not None else []
+        for rule in policy.rules:
+            if rule.priority is not None and rule.priority not in levels:
+                raise ValueError(
+                    f"policy rule {rule.name!r}: priority {rule.priority!r} is not one of "
+                    f"priorities.levels {levels}"
+                )
         return self
 
     def routing_policy(self) -> PolicyConfig:

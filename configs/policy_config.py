@@ -145,6 +145,11 @@ class Rule(BaseModel):
         description="`ordered` keeps `targets` order; `least_loaded` sorts the eligible targets "
         "by in-flight plus queued requests (stable on ties).",
     )
+    priority: str | None = Field(
+        None,
+        description="The priority level (a `priorities.levels` name) of the requests this rule "
+        "decides, unless their tenant's or API key's entry places them.",
+    )
 
 
 class ModelNamePattern(BaseModel):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from configs.named_keys import key_names
+
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -74,12 +76,5 @@ class RateLimits(BaseModel):
 
     @model_validator(mode="after")
     def _distinct_keys(self) -> RateLimits:
-        seen: dict[str, str] = {}
-        for name, budget in self.keys.items():
-            if budget.api_key in seen:
-                raise ValueError(
-                    f"rate_limits.keys.{name} and rate_limits.keys.{seen[budget.api_key]} name "
-                    "the same api_key: give each key one entry"
-                )
-            seen[budget.api_key] = name
+        key_names(self.keys, "rate_limits.keys")
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from ray import serve
@@ -41,6 +41,7 @@ from deployments.protocol.lora import LoraSpec
 from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.responses import RouterNotes
 from deployments.protocol.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -114,6 +115,7 @@ class ModelServer:
             cfg.engine_stall_timeout_s,
         )
         replica_id = serve.get_replica_context().replica_id.unique_id
+        self.replica_id = replica_id
         spec = cfg.engine.speculative
         self.metrics = EngineMetrics(
             cfg.model_id,
@@ -183,14 +185,28 @@ class ModelServer:
             if adapter is not None:
                 self.metrics.count_lora_request(adapter)
             if req.stream:
-                items = end_on_failure(await stream(req, adapter), self.where)
+                chunks = self._mark_first(await stream(req, adapter))
+                items = end_on_failure(chunks, self.where)
                 return sse_batches(items, self.batching_interval_s) if sse else items
-            return await complete(req, adapter)
+            return self._mark(await complete(req, adapter))
 
         result = await self._answer(what, run())
         if isinstance(result, ErrorResponse) and wants_stream(request):
             return error_stream(result)
         return result
+
+    def _mark(self, answer: T) -> T:
+        """`answer`, named as this replica's (`from_replica`) when it is a response."""
+        if isinstance(answer, RouterNotes):
+            answer.from_replica(self.replica_id)
+        return answer
+
+    async def _mark_first(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
+        """`items`, the first named as this replica's answer (the router's replica header)."""
+        first = True
+        async for item in items:
+            yield self._mark(item) if first else item
+            first = False
 
     async def chat(
         self,
@@ -198,13 +214,15 @@ class ModelServer:
         sse: bool = False,
         preprocess: PreprocessPlan | None = None,
         lora: LoraSpec | None = None,
+        session: str | None = None,
     ) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
         `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
         (the router's HTTP path): after the first chunk, SSE bytes instead of chunk models.
         `preprocess`: the router's preprocessing plan (truncation; its report rides on the
         response or first chunk). `lora`: the LoRA adapter to run under (None: the base
-        model); the response's `model` is then the adapter's id."""
+        model); the response's `model` is then the adapter's id. `session`: the session key,
+        read by the caller's request router (`router.replica_router`), not here."""
         h = self.chat_handler
 
         def complete(req: ChatCompletionRequest, adapter: str | None) -> Awaitable[Any]:
@@ -222,9 +240,10 @@ class ModelServer:
         request: CompletionRequest | dict[str, Any],
         sse: bool = False,
         lora: LoraSpec | None = None,
+        session: str | None = None,
     ) -> Any:
-        """Legacy completion: a `Completion` or a stream of them; errors, `sse` and `lora` as
-        for `chat`."""
+        """Legacy completion: a `Completion` or a stream of them; errors, `sse`, `lora` and
+        `session` as for `chat`."""
         h = self.completion_handler
         return await self._serve(
             "completions", request, CompletionRequest, h.complete, h.stream, sse, lora
@@ -235,16 +254,21 @@ class ModelServer:
         request: TokenizeChatRequest | TokenizeCompletionRequest,
         preprocess: PreprocessPlan | None = None,
         lora: LoraSpec | None = None,
+        session: str | None = None,
     ) -> TokenizeResponse | ErrorResponse:
         """`POST /tokenize`: the prompt's token ids as this model's engine would prefill them
-        (`preprocess` as for `chat`; a LoRA adapter shares its base's prompt); errors as an
-        `ErrorResponse`."""
+        (`preprocess` and `session` as for `chat`; a LoRA adapter shares its base's prompt);
+        errors as an `ErrorResponse`."""
         return await self._answer("tokenize", self.tokenize_handler.tokenize(request, preprocess))
 
     async def detokenize(
-        self, request: DetokenizeRequest, lora: LoraSpec | None = None
+        self,
+        request: DetokenizeRequest,
+        lora: LoraSpec | None = None,
+        session: str | None = None,
     ) -> DetokenizeResponse | ErrorResponse:
-        """`POST /detokenize`: the text of token ids; errors as an `ErrorResponse`."""
+        """`POST /detokenize`: the text of token ids; errors as an `ErrorResponse` (`session`
+        as for `chat`)."""
 
         async def run() -> DetokenizeResponse:
             return self.tokenize_handler.detokenize(request)

@@ -29,6 +29,9 @@ class SamplingParams:
             and `response_format`); None if unconstrained. Stateful: one per sequence.
         lora: the name of the LoRA adapter the request runs under (`engine.lora`); None: the
             base model. An unknown name makes `LLMEngine.add_request` raise `ValueError`.
+        priority: scheduling priority, vLLM's convention (`--scheduling-policy priority`): a
+            lower value is admitted, and kept running under KV pressure, before a higher one;
+            equal priorities are first come, first served (`engine.scheduler`).
     """
 
     max_tokens: int = 16
@@ -45,6 +48,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     constraint: TokenConstraint | None = None
     lora: str | None = None
+    priority: int = 0
 
     @property
     def greedy(self) -> bool:

@@ -1,17 +1,26 @@
-"""Continuous-batching scheduler with a per-step token budget and recompute preemption.
+"""Continuous-batching scheduler with a per-step token budget, priorities and recompute
+preemption.
 
-Each step, running sequences go first (one decode token each, or the next chunk of a prompt
-still in prefill), then waiting sequences are admitted while the token budget
-(`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the free KV blocks allow.
-Prompts longer than the remaining budget are prefilled in chunks over several steps. A decoding
-sequence with speculative draft tokens (`engine.spec_decode`) runs them after its last token in
-the same step when the budget and the free blocks allow, else decodes plainly. When a
-running sequence needs a block and none is free, the newest running sequence is preempted:
-its blocks are freed and it goes back to the front of the waiting queue to be recomputed.
+Order is vLLM's priority policy (`--scheduling-policy priority`): every sequence sorts by
+`(params.priority, arrival)` (`Sequence.sort_key`), a lower priority value first, equal ones first
+come, first served; with every priority at its default 0 this is plain arrival order.
+
+Each step, running sequences go first in that order (one decode token each, or the next chunk of
+a prompt still in prefill), then waiting sequences are admitted in that order while the token
+budget (`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the free KV blocks allow;
+with LoRA, a waiting sequence of a further adapter past `max_loras` is passed over. Prompts
+longer than the remaining budget are prefilled in chunks over several steps. A decoding sequence
+with speculative draft tokens (`engine.spec_decode`) runs them after its last token in the same
+step when the budget and the free blocks allow, else decodes plainly. When a running sequence
+needs a block and none is free, the least urgent running sequence (the largest sort key: the
+lowest priority, newest among equals) is preempted: its blocks are freed and it goes back to the
+waiting queue at its place in the order, to be recomputed. A waiting sequence never preempts a
+running one, whatever its priority: it waits for blocks to free up.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -76,14 +85,18 @@ class Scheduler:
         self.max_loras = max_loras
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: deque[Sequence] = deque()
+        self.waiting: deque[Sequence] = deque()  # kept sorted by `Sequence.sort_key`
         self.running: list[Sequence] = []
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence."""
+        """Queue a new sequence at its place in the waiting order."""
         seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+        self._wait(seq)
+
+    def _wait(self, seq: Sequence) -> None:
+        """Put a waiting sequence (new or preempted) at its place in the waiting order."""
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
 
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running."""
@@ -102,7 +115,7 @@ class Scheduler:
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self._wait(seq)
         self.num_preemptions += 1
 
     def _draft(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
@@ -120,8 +133,8 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted = 0
-        # Oldest first, so preemption (which takes the newest) spares the oldest requests.
-        self.running.sort(key=lambda s: s.arrival)
+        # Most urgent first, so preemption (which takes the last) spares the most urgent.
+        self.running.sort(key=lambda s: s.sort_key)
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]

@@ -28,7 +28,8 @@ class Sequence:
         request_id: caller-chosen id.
         prompt_token_ids: the prompt, in tokens.
         params: sampling parameters.
-        arrival: monotonically increasing arrival number (lower = older = higher priority).
+        arrival: monotonically increasing arrival number (lower = older); among sequences of
+            equal `params.priority` the older one runs first (`sort_key`).
         output_token_ids: generated tokens so far.
         block_table: KV-cache block ids holding this sequence's tokens, in order.
         sliding_table: a hybrid cache's sliding-window block ids, one per token block, -1
@@ -83,6 +84,11 @@ class Sequence:
         """Record one generated token (the only way outputs grow, so `token_ids` stays whole)."""
         self.output_token_ids.append(token)
         self._tokens.append(token)
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Scheduling order `(params.priority, arrival)`: the smaller runs first."""
+        return (self.params.priority, self.arrival)
 
     @property
     def num_prompt_tokens(self) -> int:

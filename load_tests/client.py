@@ -86,6 +86,10 @@ class RequestRecord:
         output_tokens: completion tokens (server `usage` when given, else the chunk count).
         usage_reported: whether `output_tokens` came from the server's usage block.
         prompt_tokens: prompt tokens from `usage`, None if not reported.
+        cached_tokens: prompt tokens served from the prefix cache
+            (`usage.prompt_tokens_details.cached_tokens`), None if not reported.
+        replica: the replica that answered (`x-ascend-router-replica`), None if not named.
+        status: the HTTP status (0 when no response came).
         error: None on success, else a short description.
     """
 
@@ -95,6 +99,9 @@ class RequestRecord:
     output_tokens: int = 0
     usage_reported: bool = False
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    replica: str | None = None
+    status: int = 0
     error: str | None = None
 
     @property
@@ -173,10 +180,24 @@ async def stream_request(
     """
     path = "/chat/completions" if endpoint == "chat" else "/completions"
     body = request_body(endpoint, target.model, prompt, system, max_tokens)
+    return await stream_body(client, target.base_url + path, body)
+
+
+async def stream_body(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> RequestRecord:
+    """POST one streaming request body (`stream: true`, `max_tokens` set) to `url` with
+    `headers`, and time every content chunk; never raises (as `stream_request`)."""
+    max_tokens = int(body["max_tokens"])
     rec = RequestRecord(start=time.perf_counter())
     max_events = 4 * max_tokens + 64
     try:
-        async with client.stream("POST", target.base_url + path, json=body) as resp:
+        async with client.stream("POST", url, json=body, headers=headers) as resp:
+            rec.status = resp.status_code
+            rec.replica = resp.headers.get("x-ascend-router-replica")
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
                 rec.error = f"HTTP {resp.status_code}: {text}"
@@ -202,6 +223,8 @@ async def stream_request(
                 if usage and usage.get("completion_tokens") is not None:
                     rec.output_tokens = int(usage["completion_tokens"])
                     rec.prompt_tokens = usage.get("prompt_tokens")
+                    details = usage.get("prompt_tokens_details") or {}
+                    rec.cached_tokens = details.get("cached_tokens")
                     rec.usage_reported = True
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"[:200]

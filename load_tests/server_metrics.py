@@ -61,6 +61,23 @@ async def snapshot(client: httpx.AsyncClient, base_url: str, model: str) -> dict
     return found or None
 
 
+async def prefix_cache_by_replica(
+    client: httpx.AsyncClient, base_url: str, model: str
+) -> dict[str, tuple[float, float]]:
+    """Replica id -> (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`) of `model`, in
+    blocks since the replica started; empty when `/metrics` serves none."""
+    resp = await client.get(metrics_url(base_url))
+    counts: dict[str, list[float]] = {}
+    names = {"vllm:prefix_cache_queries_total": 0, "vllm:prefix_cache_hits_total": 1}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            slot = names.get(sample.name)
+            if slot is None or sample.labels.get("model_name") != model:
+                continue
+            counts.setdefault(sample.labels.get("replica", ""), [0.0, 0.0])[slot] += sample.value
+    return {replica: (q, h) for replica, (q, h) in counts.items()}
+
+
 _SPEC_COUNTS = {
     "drafts": "spec_decode_num_drafts",
     "draft_tokens": "spec_decode_num_draft_tokens",

@@ -17,6 +17,7 @@ from deployments.server import ModelServer
 from router import APP_NAME
 from router.ingress import Router
 from router.lora_registry import LoraRegistry
+from router.replica_router import request_router_config
 
 __all__ = ["APP_NAME", "build_app", "model_deployment_name", "model_handles", "router_app"]
 
@@ -52,7 +53,9 @@ def build_app(args: dict[str, Any]) -> Application:
     registry = LoraRegistry.bind() if runtime_lora else None
     models = {
         m.model_id: ModelServer.options(
-            name=model_deployment_name(m.model_id), **m.deployment.serve_options()
+            name=model_deployment_name(m.model_id),
+            request_router_config=request_router_config(m.routing),
+            **m.deployment.serve_options(),
         ).bind(m.model_dump(), board, monitoring, registry)
         for m in config.models
     }

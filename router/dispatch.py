@@ -27,6 +27,8 @@ from deployments.protocol.errors import (
 )
 from deployments.protocol.preprocess_plan import PREPROCESS_HEADER, PreprocessPlan, PreprocessReport
 from deployments.protocol.request_id import current_request_id
+from deployments.protocol.responses import RouterNotes
+from router.call_context import DEFAULT_CONTEXT, CallContext
 from router.call_failures import CallFailed
 from router.http_errors import saturated_error, unavailable_error
 from router.metrics import RouterMetrics
@@ -46,6 +48,7 @@ MODEL_HEADER = "x-ascend-router-model"
 RULE_HEADER = "x-ascend-router-rule"
 FALLBACK_HEADER = "x-ascend-router-fallback"
 REASON_HEADER = "x-ascend-router-reason"
+REPLICA_HEADER = "x-ascend-router-replica"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Routed:
         result: The response or `ErrorResponse` (non-streamed; a 429 carries its
             `retry_after_s`), or the started stream.
         preprocess: What gateway preprocessing did to the request `model` answered.
+        replica: The id of `model`'s replica that answered (`ReplicaID.unique_id`, the
+            `replica` label of its engine metrics), if one did.
     """
 
     model: str
@@ -68,6 +73,7 @@ class Routed:
     fallback: tuple[str, ...]
     result: BaseModel | ModelStream
     preprocess: PreprocessReport | None = None
+    replica: str | None = None
 
     @property
     def status(self) -> int:
@@ -76,8 +82,8 @@ class Routed:
         return first.status_code if isinstance(first, ErrorResponse) else 200
 
     def headers(self) -> dict[str, str]:
-        """The decision headers and the preprocessing header (`Retry-After` comes with the
-        error: `router.http_errors.error_json`)."""
+        """The decision headers, the replica and the preprocessing header (`Retry-After` comes
+        with the error: `router.http_errors.error_json`)."""
         headers = {
             MODEL_HEADER: self.model,
             RULE_HEADER: self.rule,
@@ -85,6 +91,8 @@ class Routed:
         }
         if self.fallback:
             headers[FALLBACK_HEADER] = ",".join(self.fallback)
+        if self.replica is not None:
+            headers[REPLICA_HEADER] = self.replica
         summary = self.preprocess.header() if self.preprocess is not None else None
         if summary is not None:
             headers[PREPROCESS_HEADER] = summary
@@ -121,6 +129,7 @@ async def dispatch(
     delivery: Delivery,
     retry_after_s: int,
     metrics: RouterMetrics,
+    context: CallContext = DEFAULT_CONTEXT,
 ) -> Routed:
     """Send a request to the first candidate that answers.
 
@@ -133,6 +142,7 @@ async def dispatch(
             stream whose items after the first are SSE bytes, for HTTP callers).
         retry_after_s: `Retry-After` seconds when every candidate is saturated.
         metrics: Where fallbacks are counted.
+        context: Who the request is for (admission, replica choice).
 
     Returns:
         The outcome; its `result` is an `ErrorResponse` (429/503) when no candidate answered.
@@ -146,9 +156,9 @@ async def dispatch(
         request, plan = request_for(model, fit_context)
         try:
             result: BaseModel | ModelStream = await (
-                caller.unary(model, method, request, plan)
+                caller.unary(model, method, request, plan, context)
                 if delivery == "unary"
-                else caller.stream(model, method, request, delivery == "sse", plan)
+                else caller.stream(model, method, request, delivery == "sse", plan, context)
             )
         except CallFailed as exc:
             if exc.kind == "failed":
@@ -161,8 +171,16 @@ async def dispatch(
             answer = result.first if isinstance(result, ModelStream) else result
             passed = _pass_reason(answer, last)
             if passed is None:
-                report = getattr(answer, "preprocess_report", None)
-                return Routed(model, decision.rule, decision.reason, tuple(tried), result, report)
+                notes = answer if isinstance(answer, RouterNotes) else RouterNotes()
+                return Routed(
+                    model,
+                    decision.rule,
+                    decision.reason,
+                    tuple(tried),
+                    result,
+                    notes.preprocess_report,
+                    notes.replica,
+                )
             if isinstance(result, ModelStream):
                 result.close()
             assert isinstance(answer, ErrorResponse)

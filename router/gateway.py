@@ -23,6 +23,7 @@ from deployments.protocol.requests import ChatCompletionRequest, CompletionReque
 from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.validation import parse_request, wants_stream
 from router.auth import presented_key
+from router.call_context import CallContext, session_of
 from router.dispatch import Routed, dispatch
 from router.http_errors import policy_error
 from router.lora_admin import LoraAdmin
@@ -37,6 +38,7 @@ from router.policy import (
     decide,
     extract_features,
 )
+from router.priorities import level_names, resolve_priority
 from router.prompt_rules import apply_prompt_rules
 from router.rate_limit import RateLimiter
 
@@ -63,9 +65,10 @@ class Gateway:
     ) -> None:
         self.config = config
         self.policy = config.routing_policy()
+        self.rule_levels = {r.name: r.priority for r in self.policy.rules if r.priority}
         self.catalog = ModelCatalog(config)
-        self.caller = ModelCaller(config, handles, self.catalog)
-        self.metrics = RouterMetrics()
+        self.metrics = RouterMetrics(config, level_names(config.priorities))
+        self.caller = ModelCaller(config, handles, self.catalog, self.metrics)
         self.limiter = RateLimiter(config.rate_limits)
         self.lora_registry = lora_registry
         aliases = self.policy.alias_names()
@@ -106,6 +109,7 @@ class Gateway:
             features = extract_features(req, headers)
             self._rate_limit(features, headers)
             decision = self._decide(features)
+            context = self._context(features, headers, req, decision.rule)
         except OpenAIError as exc:
             return exc.response()
         except (PolicyError, NoHealthyModel) as exc:
@@ -113,6 +117,8 @@ class Gateway:
         name, _ = self.policy.resolve_name(features.model or AUTO_ALIAS, self.catalog.capabilities)
         alias = None if self.catalog.serves(name) else name
         rules = self.config.preprocessing
+        if req.priority != context.priority:  # the engine schedules by it
+            req = req.model_copy(update={"priority": context.priority})
 
         def request_for(model: str, fit_context: bool) -> tuple[Req, PreprocessPlan | None]:
             resolved = rules.resolve(alias, self.catalog.base(model), features.tenant)
@@ -126,6 +132,7 @@ class Gateway:
             ("sse" if sse else "chunks") if wants_stream(req) else "unary",
             self.config.retry_after_s,
             self.metrics,
+            context,
         )
         self.metrics.requests.labels(routed.model, routed.rule, str(routed.status)).inc()
         if routed.preprocess is not None:
@@ -147,6 +154,27 @@ class Gateway:
         if refused is not None:
             self.metrics.rate_limited.labels(refused.limit, refused.kind).inc()
             raise refused.error()
+
+    def _context(
+        self, features: RequestFeatures, headers: Mapping[str, str], req: Req, rule: str
+    ) -> CallContext:
+        """Who the request is for: its tenant, the engine priority it runs at
+        (`configs.priorities`; `rule`: the policy rule that decided it) and its session key
+        (`session_key`).
+
+        Raises:
+            OpenAIError: 400 for an unknown level in the priority header.
+        """
+        priority = resolve_priority(
+            self.config.priorities,
+            features.tenant,
+            presented_key(headers),
+            features.priority,
+            req.priority,
+            self.rule_levels.get(rule),
+        )
+        session = session_of(self.config.session_key, req, headers)
+        return CallContext(tenant=features.tenant, priority=priority, session=session)
 
     def _count_preprocess(self, model: str, report: PreprocessReport) -> None:
         for rule in report.applied():

@@ -3,12 +3,12 @@
 Ray Serve queues requests in the caller's handle when every replica is busy and, by default,
 without bound, so the router counts what it sends itself. A model's limits come from its
 deployment options and its live replicas: `max_ongoing_requests × replicas` run at once, and
-`max_queued_requests` more wait in this router's handle (Ray applies that limit per caller; -1 is
-unbounded). Replicas are those the Serve controller last reported running
-(`router.deployment_status`), so the capacity follows autoscaling and lost nodes; with no
-report yet it is the configured count (`num_replicas`, or `autoscaling_config.max_replicas`),
-and with none running (scaled to zero, or starting) it is one replica's, the one Serve starts
-for the queued calls. Counts are per router replica.
+`max_queued_requests` more wait in this router's fair queue (`router.admission`; -1 is
+unbounded), so none wait in Ray's handle. Replicas are those the Serve controller last
+reported running (`router.deployment_status`), so the capacity follows autoscaling and lost
+nodes; with no report yet it is the configured count (`num_replicas`, or
+`autoscaling_config.max_replicas`), and with none running (scaled to zero, or starting) it is
+one replica's, the one Serve starts for the queued calls. Counts are per router replica.
 """
 
 from __future__ import annotations

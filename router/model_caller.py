@@ -9,6 +9,9 @@ router's calls in flight there take every slot of its replicas (a probe would qu
 waits without probing. The policy skips a deployment reported failed, and one still starting
 while another candidate serves.
 
+Before the call, `router.admission` gives it a slot of the model at once, or queues it fairly
+in this router (by priority, then round-robin across tenants) while every slot is taken.
+
 A failed call is classified (`router.call_failures`), and only replica faults mark the model
 down. A started stream is a `router.model_stream.ModelStream`.
 """
@@ -27,13 +30,18 @@ from ray.serve.handle import DeploymentHandle
 from configs.model_config import RouterAppConfig
 from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.request_id import current_request_id
+from router.admission import Admission
+from router.call_context import DEFAULT_CONTEXT, CallContext
 from router.call_failures import CallFailed, replica_fault
 from router.deployment_status import DeploymentStatusView
 from router.health import HealthView
 from router.load import LoadTracker, ModelLimits
+from router.metrics import RouterMetrics
 from router.model_catalog import ModelCatalog
 from router.model_stream import ModelStream
 from router.policy import ModelState
+from router.priorities import level_names
+from router.replica_router import SESSION_KWARG
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +56,7 @@ class ModelCaller:
         config: The application config.
         handles: Model id -> handle of its `ModelServer` deployment.
         catalog: The models' facts (bases of adapters, context lengths, learned here).
+        metrics: Where admission counts queue time and shed requests (None: not counted).
     """
 
     def __init__(
@@ -55,6 +64,7 @@ class ModelCaller:
         config: RouterAppConfig,
         handles: dict[str, DeploymentHandle],
         catalog: ModelCatalog,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         assert set(handles) == set(catalog.configs), f"handles {sorted(handles)} != config models"
         self.config = config
@@ -65,6 +75,14 @@ class ModelCaller:
         self.load = LoadTracker(
             {m.model_id: ModelLimits.from_options(m.deployment) for m in config.models},
             lambda model: self.deployments.get(model).replicas,
+        )
+        priorities = config.priorities
+        self.admission = Admission(
+            self.load,
+            priorities.weight if priorities is not None else lambda _: 1,
+            level_names(priorities),
+            config.response_timeout_s,
+            metrics,
         )
         self.first_token_s = config.first_token_timeout_s
 
@@ -83,7 +101,7 @@ class ModelCaller:
             starting_ok: count a model whose deployment is still starting as healthy (a call
                 then waits for its replica); False leaves it out.
         """
-        states = {m: self.load.state(m, self.healthy(m, starting_ok)) for m in self.handles}
+        states = {m: self.admission.state(m, self.healthy(m, starting_ok)) for m in self.handles}
         states.update({name: states[base] for name, base in self.catalog.adapters.bases().items()})
         return states
 
@@ -128,24 +146,31 @@ class ModelCaller:
         self.catalog.learn_context_length(model, int(info["max_model_len"]))
 
     async def unary(
-        self, model: str, method: str, request: BaseModel, plan: PreprocessPlan | None = None
+        self,
+        model: str,
+        method: str,
+        request: BaseModel,
+        plan: PreprocessPlan | None = None,
+        context: CallContext = DEFAULT_CONTEXT,
     ) -> BaseModel:
         """One non-streamed call: the response, or an `ErrorResponse` the model returned
         (`model`: a served model id or a LoRA adapter; `plan`: the replica's part of
-        preprocessing, for chat).
+        preprocessing, for chat; `context`: who the call is for).
 
         Raises:
-            CallFailed: Saturated, or down (the model, or an adapter's base, is now marked
+            CallFailed: Saturated (shed from this router's queue, no slot in time, or refused
+                by Ray's handle), or down (the model, or an adapter's base, is now marked
                 down).
         """
         base = self.catalog.base(model)
-        self._admit(base)
-        response = getattr(self.handles[base], method).remote(request, **self._extra(model, plan))
+        await self.admission.admit(base, context)
         try:
+            extra = self._extra(model, plan, context)
+            response = getattr(self.handles[base], method).remote(request, **extra)
             result: BaseModel = await self._answer(base, response, response.cancel)
             return result
         finally:
-            self.load.release(base)
+            self.admission.release(base)
 
     async def stream(
         self,
@@ -154,44 +179,46 @@ class ModelCaller:
         request: BaseModel,
         sse: bool = False,
         plan: PreprocessPlan | None = None,
+        context: CallContext = DEFAULT_CONTEXT,
     ) -> ModelStream:
         """Start one streamed call and wait for its first item (`sse`: later items are SSE
-        bytes, see `deployments.streaming.sse_relay`; `plan` as for `unary`).
+        bytes, see `deployments.streaming.sse_relay`; `plan` and `context` as for `unary`).
 
         Raises:
-            CallFailed: Saturated, or down (the model is now marked down).
+            CallFailed: Saturated or down, as for `unary`.
         """
         base = self.catalog.base(model)
-        self._admit(base)
-        handle = self.handles[base].options(stream=True)
-        response = getattr(handle, method).remote(request, sse=sse, **self._extra(model, plan))
+        await self.admission.admit(base, context)
         try:
+            handle = self.handles[base].options(stream=True)
+            extra = self._extra(model, plan, context)
+            response = getattr(handle, method).remote(request, sse=sse, **extra)
             first: BaseModel = await self._answer(base, anext(response), response.cancel)
         except BaseException:
-            self.load.release(base)
+            self.admission.release(base)
             raise
         return ModelStream(
             model,
             first,
             response,
-            lambda: self.load.release(base),
+            lambda: self.admission.release(base),
             self.config.inter_token_timeout_s,
         )
 
-    def _extra(self, model: str, plan: PreprocessPlan | None) -> dict[str, Any]:
-        """The keyword arguments of a call beyond the request: the preprocessing plan, and the
-        adapter's `LoraSpec` when `model` is a LoRA adapter."""
+    def _extra(
+        self, model: str, plan: PreprocessPlan | None, context: CallContext
+    ) -> dict[str, Any]:
+        """The keyword arguments of a call beyond the request: the preprocessing plan, the
+        adapter's `LoraSpec` when `model` is a LoRA adapter, and the session key (read by the
+        deployment's request router, `deployments.replica_router`, not by the replica)."""
         extra: dict[str, Any] = {} if plan is None else {"preprocess": plan}
+        base = self.catalog.configs[self.catalog.base(model)]
+        if context.session is not None and base.routing.session_affinity:
+            extra[SESSION_KWARG] = context.session
         spec = self.catalog.adapters.spec(model)
         if spec is not None:
             extra["lora"] = spec
         return extra
-
-    def _admit(self, model: str) -> None:
-        if self.load.saturated(model):
-            count = self.load.counts[model]
-            raise CallFailed(model, "saturated", f"{count} requests in flight from this router")
-        self.load.acquire(model)
 
     async def _answer(self, model: str, pending: Awaitable[Any], cancel: Callable[[], None]) -> Any:
         """Wait for a call's answer, checking every `first_token_timeout_s` that `model` lives.

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from configs.named_keys import key_names
 from configs.rate_limits import Budget, RateLimits
 from deployments.protocol.errors import OpenAIError
 
@@ -86,7 +87,7 @@ class RateLimiter:
     def __init__(self, limits: RateLimits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
         self.clock = clock
-        self._key_names = {b.api_key: name for name, b in limits.keys.items()}
+        self._key_names = key_names(limits.keys, "rate_limits.keys")
         self._buckets: OrderedDict[tuple[str, str, LimitKind], _Bucket] = OrderedDict()
 
     def admit(self, api_key: str | None, tenant: str | None, tokens: int) -> RateLimited | None:

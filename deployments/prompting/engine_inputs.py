@@ -136,4 +136,5 @@ def sampling_params(
         frequency_penalty=request.frequency_penalty or 0.0,
         constraint=constraint,
         lora=lora,
+        priority=request.priority,
     )

@@ -4,7 +4,8 @@ Field names, types and ranges follow the OpenAI API reference (Chat Completions 
 Completions). Explicit JSON `null` means "use the default" for every optional field, and
 unknown fields are ignored, as OpenAI does. A few vLLM extensions are accepted
 (`top_k`, `ignore_eos`, `stop_token_ids`, `continue_final_message`, `chat_template_kwargs`:
-extra variables for the model's chat template or prompt encoder, such as `thinking`).
+extra variables for the model's chat template or prompt encoder, such as `thinking`;
+`priority`, an integer as in vLLM, never null).
 `reasoning_effort` is OpenAI's; models with a reasoning mode map it onto theirs. `tools`,
 `tool_choice`, `response_format` and assistant `tool_calls` are typed in
 `deployments.protocol.tools`.
@@ -30,7 +31,7 @@ from deployments.protocol.tools import (
     over_limit,
 )
 
-INT32_MAX = 2**31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """Integer fields the sampler puts in tensors are bounded, so no value can fail a batch."""
 
@@ -111,8 +112,13 @@ class _SamplingFields(_Base):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # OpenAI's cache-routing key; by default the router's session key after `x-session-id`
+    prompt_cache_key: str | None = Field(None, max_length=1024)
     ignore_eos: bool | None = None
     stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = None
+    # vLLM's scheduling priority: a lower value is scheduled first, ties first come, first
+    # served (`engine.scheduler`); bounded so an out-of-range value is a 400
+    priority: int = Field(0, ge=INT32_MIN, le=INT32_MAX)
 
     @field_validator("stop")
     @classmethod

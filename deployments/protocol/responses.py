@@ -101,12 +101,14 @@ class ChatChoice(_DropNone):
     stop_reason: str | None = None
 
 
-class _Preprocessed(BaseModel):
-    """A response that can carry what gateway preprocessing did to its request: set by the
-    replica on a non-streamed response or a stream's first chunk, read by the router for its
-    `x-ascend-router-preprocess` header; never part of the JSON body."""
+class RouterNotes(BaseModel):
+    """A response that carries notes for the router, never part of the JSON body: what gateway
+    preprocessing did to its request (the `x-ascend-router-preprocess` header) and the replica
+    that answered (`x-ascend-router-replica`). The replica sets them on a non-streamed response
+    or a stream's first item."""
 
     _preprocess: PreprocessReport | None = PrivateAttr(None)
+    _replica: str | None = PrivateAttr(None)
 
     @property
     def preprocess_report(self) -> PreprocessReport | None:
@@ -118,8 +120,18 @@ class _Preprocessed(BaseModel):
         self._preprocess = report
         return self
 
+    @property
+    def replica(self) -> str | None:
+        """The id of the replica that answered (Ray Serve's `ReplicaID.unique_id`), once set."""
+        return self._replica
 
-class ChatCompletion(_Preprocessed):
+    def from_replica(self, replica: str) -> Self:
+        """Name `replica` as the one that answered (in place) and return self."""
+        self._replica = replica
+        return self
+
+
+class ChatCompletion(RouterNotes):
     """Body of a non-streamed chat completion."""
 
     id: str
@@ -150,7 +162,7 @@ class ChunkChoice(_DropNone):
     stop_reason: str | None = None
 
 
-class ChatCompletionChunk(_Preprocessed):
+class ChatCompletionChunk(RouterNotes):
     """One server-sent event of a streamed chat completion."""
 
     id: str
@@ -179,7 +191,7 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class Completion(BaseModel):
+class Completion(RouterNotes):
     """Body of a legacy completion, and of each of its stream chunks."""
 
     id: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from deployments.prompting.engine_inputs import sampling_params
 from deployments.protocol.errors import OpenAIError
@@ -111,3 +112,15 @@ def test_fields_reach_the_engine_parameters() -> None:
 def test_logprobs_and_echoed_prompt_logprobs(request_, logprobs, prompt_logprobs) -> None:
     params = sampling_params(request_, 10, MAX_LEN, VOCAB)
     assert (params.logprobs, params.prompt_logprobs) == (logprobs, prompt_logprobs)
+
+
+@pytest.mark.parametrize("make", [chat, completion])
+def test_priority_reaches_the_engine_parameters(make) -> None:
+    assert sampling_params(make(), 10, MAX_LEN, VOCAB).priority == 0, "vLLM's default"
+    assert sampling_params(make(priority=-3), 10, MAX_LEN, VOCAB).priority == -3
+
+
+@pytest.mark.parametrize("priority", [-(2**31) - 1, 2**31])
+def test_a_priority_outside_int32_is_refused(priority: int) -> None:
+    with pytest.raises(ValidationError, match="priority"):
+        chat(priority=priority)

@@ -9,7 +9,14 @@ from typing import Any
 import httpx
 import pytest
 
-from load_tests.client import RequestRecord, Target, check_loopback, request_body, stream_request
+from load_tests.client import (
+    RequestRecord,
+    Target,
+    check_loopback,
+    request_body,
+    stream_body,
+    stream_request,
+)
 
 
 def sse(events: list[dict[str, Any]], done: bool = True) -> bytes:
@@ -45,6 +52,27 @@ def test_completions_stream_with_usage() -> None:
     assert len(rec.chunk_times) == 3  # the empty-text chunk is not a token
     assert (rec.output_tokens, rec.prompt_tokens) == (5, 3)
     assert rec.ttft is not None and rec.end >= rec.chunk_times[-1]
+
+
+def test_cached_tokens_replica_and_status_are_recorded() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["x-session-id"] == "c-1"
+        events = [{"choices": [{"delta": {"content": "x"}}]}]
+        usage = {"completion_tokens": 1, "prompt_tokens": 40}
+        events.append(
+            {"choices": [], "usage": {**usage, "prompt_tokens_details": {"cached_tokens": 32}}}
+        )
+        return httpx.Response(200, content=sse(events), headers={"x-ascend-router-replica": "r1"})
+
+    async def go() -> RequestRecord:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = request_body("chat", "m", "hi", "", 4)
+            return await stream_body(
+                client, "http://127.0.0.1:9/v1/chat/completions", body, {"x-session-id": "c-1"}
+            )
+
+    rec = asyncio.run(go())
+    assert rec.ok and (rec.status, rec.replica, rec.cached_tokens) == (200, "r1", 32)
 
 
 def test_chat_stream_without_usage_counts_chunks() -> None:

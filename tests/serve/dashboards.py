@@ -1,16 +1,18 @@
 """What a Grafana dashboard asks Prometheus for: the series each PromQL expression selects, with
 the labels it filters or groups them by (parsed with `promql-parser`), and what a `/metrics`
-exposition serves."""
+exposition serves (`scrape_until` waits for it)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import promql_parser as promql
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -122,3 +124,23 @@ class Exposition:
     def total(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels` (0 if none)."""
         return sum(v for have, v in self.samples.get(name, []) if labels.items() <= have.items())
+
+
+WAIT_S = 90.0
+"""Longer than the metrics board's TTL plus a replica's start, with room for a busy 2-core host."""
+
+
+def scrape_until(
+    http: httpx.Client, path: str, done: Callable[[Exposition], bool], what: str
+) -> Exposition:
+    """Scrape `path` until `done` holds (the replicas push every couple of seconds); fails
+    naming `what` after `WAIT_S`."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        resp = http.get(path)
+        assert resp.status_code == 200, resp.text
+        exposition = Exposition.parse(resp.text)
+        if done(exposition):
+            return exposition
+        assert time.monotonic() < deadline, f"{path}: {what} not seen in {WAIT_S} s"
+        time.sleep(0.5)

@@ -9,52 +9,31 @@ against the exposition text.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import ray
-from dashboards import OUR_DASHBOARD, VLLM_DASHBOARDS, Exposition, Selection, dashboard_selections
+from dashboards import (
+    OUR_DASHBOARD,
+    VLLM_DASHBOARDS,
+    Exposition,
+    Selection,
+    dashboard_selections,
+    scrape_until,
+)
 from serve_helpers import FAST, MODEL, post_stream, side_app, side_model
 
 from router.app import model_deployment_name
 
 pytestmark = pytest.mark.serve
 
-EVENT_COUNTERS = frozenset(
-    {
-        "ascend_router_fallbacks_total",
-        "ascend_router_preprocess_applied_total",
-        "ascend_router_preprocess_tokens_saved_total",
-        "ascend_router_rate_limited_total",
-    }
-)
-"""Router counters of events this traffic does not cause (a fallback, a preprocessing rule, a
-rate limit): declared in `/metrics` from the start, with series from their first event."""
 REPLICAS_APP = "replicas"
-WAIT_S = 90.0
-"""Longer than the board's TTL plus a replica's start, with room for a busy 2-core host."""
 
 
 def chat(model: str, content: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
-
-
-def scrape_until(
-    http: httpx.Client, path: str, done: Callable[[Exposition], bool], what: str
-) -> Exposition:
-    """Scrape `path` until `done` holds (the replicas push every couple of seconds)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        resp = http.get(path)
-        assert resp.status_code == 200, resp.text
-        exposition = Exposition.parse(resp.text)
-        if done(exposition):
-            return exposition
-        assert time.monotonic() < deadline, f"{path}: {what} not seen in {WAIT_S} s"
-        time.sleep(0.5)
 
 
 def finished(exposition: Exposition, model: str) -> float:
@@ -98,8 +77,6 @@ def test_every_series_a_dashboard_queries_is_served_with_its_labels(
     missing: list[Selection] = []
     for sel in wanted:
         rows = after_traffic.samples.get(sel.metric, [])
-        if not rows and sel.metric in EVENT_COUNTERS and sel.metric in after_traffic.declared:
-            continue
         if not rows or not all(sel.labels <= labels.keys() for labels, _ in rows):
             missing.append(sel)
     assert not missing, "\n".join(f"{s.metric} with {sorted(s.labels)}: {s.expr}" for s in missing)
