@@ -28,7 +28,9 @@ from engine.sequence import Sequence
 
 @dataclass
 class PrefixCacheStats:
-    """Prefix-cache counters, in blocks."""
+    """Prefix-cache counters, in blocks: `queries` the full prompt blocks looked up (all of
+    them, also past the first miss), `hits` those found; a sequence looked up again (admission
+    that found no free blocks, a preempted sequence) counts again."""
 
     queries: int = 0
     hits: int = 0
@@ -103,8 +105,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return 0
         full = (seq.num_tokens - 1) // self.block_size
-        for h in self.chain(seq, full):
-            self.stats.queries += 1
+        self.stats.queries += full  # every block that could have hit, so hits / queries is
+        for h in self.chain(seq, full):  # the share of the prompt served from the cache
             block = self.pool.take_cached(h)
             if block is None:
                 break

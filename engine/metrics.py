@@ -131,9 +131,12 @@ class EngineMetrics:
             g.labels(*values) for g in (running, waiting, kv_usage)
         )
         self.prefix_queries = counter(
-            "vllm:prefix_cache_queries", "Prefix-cache lookups, in blocks."
+            "vllm:prefix_cache_queries",
+            "Prefix-cache queries: full prompt blocks looked up when a sequence is admitted.",
         )
-        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix-cache hits, in blocks.")
+        self.prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix-cache hits: looked-up blocks found in the cache."
+        )
         self.preemptions = counter("vllm:num_preemptions", "Sequences preempted (recompute).")
         self.decode_graphs = gauge(
             "ascend_router_decode_graphs_in_use",

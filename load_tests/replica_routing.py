@@ -20,7 +20,8 @@ round; the next round starts when the last answer is in. Every request streams (
 Reported per mode: TTFT p50/p99 over every request and over turns after the first (those can
 hit a cache), requests/s over the mode's wall time, the prefix-cache hit rate of each replica
 (hits / queries in blocks, from `/metrics`) and overall, and the share of prompt tokens
-reported cached (`usage.prompt_tokens_details.cached_tokens`). Ratios: each mode's TTFT p50
+reported cached (`usage.prompt_tokens_details.cached_tokens`), over every request and over turns
+after the first (the first turn of a conversation has nothing to hit). Ratios: each mode's TTFT p50
 and p99 over `default`'s.
 
 Example:
@@ -161,8 +162,13 @@ def summary(
         total_q, total_h = total_q + dq, total_h + dh
         served = sum(1 for _, r in records if r.replica == replica)
         replicas[replica] = {"requests": served, "hit_rate": dh / dq if dq else None}
-    prompt = sum(r.prompt_tokens or 0 for _, r in records)
-    cached = sum(r.cached_tokens or 0 for _, r in records)
+
+    def cached_share(turns: set[int]) -> float | None:
+        chosen = [r for t, r in records if t in turns]
+        prompt = sum(r.prompt_tokens or 0 for r in chosen)
+        return sum(r.cached_tokens or 0 for r in chosen) / prompt if prompt else None
+
+    every = {t for t, _ in records}
     return {
         "requests": len(records),
         "wall_s": wall_s,
@@ -170,7 +176,8 @@ def summary(
         "ttft_ms": ms(ttft),
         "ttft_after_first_turn_ms": ms(later),
         "prefix_hit_rate": total_h / total_q if total_q else None,
-        "cached_token_share": cached / prompt if prompt else None,
+        "cached_token_share": cached_share(every),
+        "cached_token_share_after_first_turn": cached_share(every - {0}),
         "replicas": replicas,
     }
 
@@ -180,7 +187,7 @@ def table(modes: dict[str, dict[str, Any]]) -> str:
     base = modes.get("default")
     lines = [
         f"{'mode':13} {'TTFT p50':>9} {'p99':>8} {'later p50':>9} {'req/s':>6} {'hit':>5} "
-        f"{'cached':>6} {'p50 x':>6} {'p99 x':>6}  per replica (requests, hit rate)"
+        f"{'cached':>6} {'later':>6} {'p50 x':>6} {'p99 x':>6}  per replica (requests, hit rate)"
     ]
     for name, m in modes.items():
         t, later = m["ttft_ms"], m["ttft_after_first_turn_ms"]
@@ -190,7 +197,8 @@ def table(modes: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"{name:13} {t['p50']:>9.0f} {t['p99']:>8.0f} {later['p50']:>9.0f} "
             f"{m['requests_per_s']:>6.2f} {_pct(m['prefix_hit_rate']):>5} "
-            f"{_pct(m['cached_token_share']):>6} {_x(x50):>6} {_x(x99):>6}  {per}"
+            f"{_pct(m['cached_token_share']):>6} "
+            f"{_pct(m['cached_token_share_after_first_turn']):>6} {_x(x50):>6} {_x(x99):>6}  {per}"
         )
     return "\n".join(lines) + "\n(TTFT in ms; x: ratio to default)"
 

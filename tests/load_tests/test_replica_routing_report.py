@@ -36,6 +36,7 @@ def test_summary_counts_per_replica_hits_and_later_turns() -> None:
     }
     assert result["prefix_hit_rate"] == 16 / 40
     assert result["cached_token_share"] == 192 / 500
+    assert result["cached_token_share_after_first_turn"] == 192 / 300
     assert result["ttft_after_first_turn_ms"]["p50"] == 250.0
     assert result["requests_per_s"] == 1.0
     text = table({"default": result, "prefix_aware": result})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from typing import Any
 
 import httpx
@@ -73,7 +73,12 @@ def _kill_replicas(model: str) -> int:
     tag = f"#{model_deployment_name(model)}#"
     actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if tag in a["name"]]
     for actor in actors:
-        ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+        handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+        ray.kill(handle, no_restart=True)
+        with suppress(ray.exceptions.RayActorError):  # gone once this fails:
+            while True:  # `ray.kill` only sends the signal
+                ray.get(handle.__ray_ready__.remote(), timeout=30)
+                time.sleep(0.05)
     return len(actors)
 
 

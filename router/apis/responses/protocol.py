@@ -246,6 +246,7 @@ class ResponsesRequest(_Base):
     reasoning: ReasoningConfig | None = None
     metadata: dict[str, str] | None = Field(None, max_length=16)
     user: str | None = None
+    prompt_cache_key: str | None = Field(None, max_length=1024)  # a session key (routing.md)
     store: bool | None = None
     previous_response_id: str | None = None
     stream: StrictBool | None = None  # strict: the ingress reads raw bodies the same way

@@ -9,10 +9,10 @@ conversation (`store.py`) before the new `input` (a string is one user message; 
 `reasoning.effort` -> `reasoning_effort` as is (the encoders map `minimal` themselves:
 `deployments.prompting.encoders.effort`), with thinking turned on in `chat_template_kwargs`
 (`thinking` and `enable_thinking`, the keys templates and encoders read) for any effort but
-`none`, which turns it off; `temperature`, `top_p`, `parallel_tool_calls`, `user` keep their
-names; a stream asks for the usage chunk. The fields the Response repeats go into the body's
-`ResponseContext`. Ignored: `include`, `truncation`, `prompt_cache_key`, `client_metadata` and
-other fields without a chat counterpart.
+`none`, which turns it off; `temperature`, `top_p`, `parallel_tool_calls`, `user` and
+`prompt_cache_key` (a session key for replica routing) keep their names; a stream asks for the
+usage chunk. The fields the Response repeats go into the body's `ResponseContext`. Ignored:
+`include`, `truncation`, `client_metadata` and other fields without a chat counterpart.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def translate_request(request: ResponsesRequest, store: ResponseStore) -> dict[s
         "top_p": request.top_p,
         "response_format": _response_format(request),
         "user": request.user,
+        "prompt_cache_key": request.prompt_cache_key,
     }
     body |= {k: v for k, v in optional.items() if v is not None}
     effort = request.reasoning.effort if request.reasoning else None

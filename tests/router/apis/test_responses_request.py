@@ -53,7 +53,15 @@ def refused(edge: ResponsesEdge | None = None, **fields: Any) -> OpenAIError:
 
 
 def test_a_string_input_is_one_user_message_after_the_instructions() -> None:
-    body = chat(input="Hi", instructions="Be brief.", user="u1", temperature=0.2, top_p=0.9)
+    body = chat(
+        input="Hi",
+        instructions="Be brief.",
+        user="u1",
+        temperature=0.2,
+        top_p=0.9,
+        prompt_cache_key="c1",
+    )
+    assert body["prompt_cache_key"] == "c1"  # a session key for replica routing
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
