@@ -316,6 +316,14 @@ class RouterAppConfig(BaseModel):
         self.preprocessing.check_names(ids, policy.alias_names())
         if self.priorities is not None:
             check_known_keys(self.priorities.keys, "priorities.keys", self.api_keys)
+            reserved = self.priorities.reserved_slots
+            for m in self.models:
+                if reserved and reserved >= m.deployment.max_ongoing_requests:
+                    raise ValueError(
+                        f"priorities.reserved_slots ({reserved}) leaves model {m.model_id!r} no "
+                        f"slot for the other levels: its max_ongoing_requests is "
+                        f"{m.deployment.max_ongoing_requests}"
+                    )
         levels = self.priorities.levels if self.priorities is not None else []
         for rule in policy.rules:
             if rule.priority is not None and rule.priority not in levels:

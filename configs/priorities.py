@@ -22,7 +22,8 @@ ahead (an index past the last level is the last). Without `priorities` every req
 priority 0, the header is only a policy feature, and the body's `priority` is ignored.
 
 When a model is saturated, the router queues requests per model: most urgent level first, then
-deficit round-robin across tenants by `weight` (`router.admission`).
+deficit round-robin across tenants by `weight` (`router.admission`). `reserved_slots` of every
+replica are kept for the most urgent level.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ class Priorities(BaseModel):
     default: str = Field(description="The level of a request that no entry places.")
     tenants: dict[str, TenantPriority] = Field(
         default_factory=dict, description="`x-ascend-router-tenant` value -> its level, weight."
+    )
+    reserved_slots: int = Field(
+        0,
+        ge=0,
+        description="Slots (of `max_ongoing_requests`) of every replica that only the most "
+        "urgent level may take: the other levels share the rest, so an urgent request starts at "
+        "once while less urgent ones fill the model.",
     )
     keys: dict[str, KeyPriority] = Field(
         default_factory=dict,

@@ -90,6 +90,7 @@ class RequestRecord:
             (`usage.prompt_tokens_details.cached_tokens`), None if not reported.
         replica: the replica that answered (`x-ascend-router-replica`), None if not named.
         status: the HTTP status (0 when no response came).
+        retry_after_s: the `Retry-After` header's seconds, if the response had one.
         error: None on success, else a short description.
     """
 
@@ -102,6 +103,7 @@ class RequestRecord:
     cached_tokens: int | None = None
     replica: str | None = None
     status: int = 0
+    retry_after_s: float | None = None
     error: str | None = None
 
     @property
@@ -198,6 +200,9 @@ async def stream_body(
         async with client.stream("POST", url, json=body, headers=headers) as resp:
             rec.status = resp.status_code
             rec.replica = resp.headers.get("x-ascend-router-replica")
+            retry_after = resp.headers.get("retry-after")
+            if retry_after is not None and retry_after.isdigit():
+                rec.retry_after_s = float(retry_after)
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
                 rec.error = f"HTTP {resp.status_code}: {text}"

@@ -4,15 +4,15 @@ One model (configs/replicas.yaml's SmolLM2-135M, int4) on 2 replicas, each takin
 `max_ongoing` requests at once with `max_queued` more in the router's queue (power-of-two
 replica choice, so prefix routing plays no part). Two tenants (`x-ascend-router-tenant`):
 `steady` sends `steady_requests` streamed requests one after another; `flood` keeps `flood`
-streamed requests in flight (closed loop; a 429 is retried after 50 ms, ignoring `Retry-After`,
-the worst case). Every prompt is distinct (no prefix-cache hits); answers are greedy,
+streamed requests in flight (closed loop; after a 429 a flood worker waits what `Retry-After`
+says, as the OpenAI SDKs do). Every prompt is distinct (no prefix-cache hits); answers are greedy,
 `ignore_eos`, `steady_tokens` / `flood_tokens` long.
 
 Three phases, one run:
 
 1. `unloaded`: `steady` alone, with priorities on;
-2. `priority`: `steady` while `flood` floods, with `priorities: {levels: [interactive, batch]}`,
-   `steady` placed at `interactive` and `flood` at `batch`;
+2. `priority`: `steady` while `flood` floods, with `priorities: {levels: [interactive, batch],
+   reserved_slots: 1}`, `steady` placed at `interactive` and `flood` at `batch`;
 3. `fifo` (the peer): the same flood, no `priorities` (one level: first come, first served).
 
 Reported: `steady`'s TTFT p50/p99 and error count per phase, `flood`'s answers and 429s, and the
@@ -45,6 +45,7 @@ TENANT = "x-ascend-router-tenant"
 PRIORITIES = {
     "levels": ["interactive", "batch"],
     "default": "interactive",
+    "reserved_slots": 1,
     "tenants": {"steady": {"level": "interactive"}, "flood": {"level": "batch"}},
 }
 
@@ -99,10 +100,10 @@ async def phase(url: str, model: str, args: argparse.Namespace, flood: bool) -> 
                 flood_status[rec.status] = flood_status.get(rec.status, 0) + 1
                 n += 1
                 if rec.status == 429:
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(rec.retry_after_s or 1.0)
 
         workers = [asyncio.create_task(flooder(w)) for w in range(args.flood if flood else 0)]
-        await asyncio.sleep(3 if flood else 0)  # the flood fills the slots and the queue first
+        await asyncio.sleep(5 if flood else 0)  # the flood fills the slots and the queue first
         for i in range(args.steady_requests):
             text = f"Steady {i}: name three colours of the rainbow."
             rec = await stream_body(

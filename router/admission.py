@@ -8,6 +8,10 @@ priority, tenants take turns by deficit round-robin, each turn releasing up to t
 tenant, ""); within a tenant, first come, first served. So a tenant that floods a model only
 lengthens its own wait: another tenant's request is released within one round.
 
+`reserved_slots` slots of every replica are kept for the most urgent level (priority 0): the
+other levels share the rest, so an urgent request finds a free slot while less urgent ones fill
+the model, instead of waiting for one of theirs to finish.
+
 The queue holds at most `max_queued_requests` (`queue_limit`; unbounded when None). When it is
 full, one request is shed: one of the least urgent priority (the newcomer included); among those,
 one of the tenant with the most queued at that priority (the newcomer counts for its tenant);
@@ -97,9 +101,14 @@ class _ModelQueue:
     def push(self, waiter: _Waiter) -> None:
         self.levels[waiter.priority].push(waiter)
 
+    def head(self) -> int | None:
+        """The most urgent priority with a waiter, or None when empty."""
+        return min((p for p, level in self.levels.items() if level.tenants), default=None)
+
     def pop(self, weight: Weight) -> _Waiter:
         """The next waiter to release: most urgent priority, the tenant whose turn it is."""
-        priority = min(p for p, level in self.levels.items() if level.tenants)
+        priority = self.head()
+        assert priority is not None, "pop from an empty queue"
         return self.levels[priority].pop(weight)
 
     def remove(self, waiter: _Waiter) -> None:
@@ -127,6 +136,7 @@ class Admission:
         level_names: Level name of each engine priority (metric labels).
         timeout_s: Most seconds a request waits in a queue (`response_timeout_s`).
         metrics: Where queue time and shed requests are counted (None: not counted).
+        reserved_slots: Slots per replica only priority 0 may take (`priorities.reserved_slots`).
     """
 
     def __init__(
@@ -136,8 +146,10 @@ class Admission:
         level_names: list[str],
         timeout_s: float,
         metrics: RouterMetrics | None = None,
+        reserved_slots: int = 0,
     ) -> None:
         self.load = load
+        self.reserved_slots = reserved_slots
         self.weight = weight
         self.level_names = level_names
         self.timeout_s = timeout_s
@@ -161,7 +173,8 @@ class Admission:
         self._grant(model)  # the capacity may have grown since the last release
         loop = asyncio.get_running_loop()
         waiter = _Waiter(context.tenant or "", context.priority, loop.time(), loop.create_future())
-        if not queue and not self.load.full(model):
+        head = queue.head()
+        if (head is None or head > waiter.priority) and self._room(model, waiter.priority):
             self.load.acquire(model)
             self._waited(model, waiter)
             return
@@ -194,9 +207,18 @@ class Admission:
         self.load.release(model)
         self._grant(model)
 
+    def _room(self, model: str, priority: int) -> bool:
+        """Whether a request of `priority` may take a slot of `model` now: a free slot, and for
+        any level but the most urgent one not among the reserved ones."""
+        capacity = self.load.capacity(model)
+        if priority > 0:
+            replicas = capacity // self.load.limits[model].per_replica
+            capacity -= self.reserved_slots * replicas
+        return self.load.counts[model] < capacity
+
     def _grant(self, model: str) -> None:
         queue = self.queues[model]
-        while len(queue) and not self.load.full(model):
+        while (head := queue.head()) is not None and self._room(model, head):
             waiter = queue.pop(self.weight)
             self.load.acquire(model)
             waiter.granted.set_result(None)

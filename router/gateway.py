@@ -2,7 +2,8 @@
 
 parse (OpenAI schema and request limits, 400 naming the field: the one validation of the
 request) → extract features → rate limits (429 naming the limit) → `decide` (capabilities,
-then rules, then health) → `dispatch` (fallback across candidates; each gets the validated
+then rules, then health) → the call's context (tenant, priority, session key:
+`router.call_context`) → `dispatch` (fallback across candidates; each gets the validated
 request after the preprocessing rules in force for it) → count the outcome.
 """
 

@@ -83,6 +83,7 @@ class ModelCaller:
             level_names(priorities),
             config.response_timeout_s,
             metrics,
+            priorities.reserved_slots if priorities is not None else 0,
         )
         self.first_token_s = config.first_token_timeout_s
 

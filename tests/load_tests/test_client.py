@@ -75,6 +75,12 @@ def test_cached_tokens_replica_and_status_are_recorded() -> None:
     assert rec.ok and (rec.status, rec.replica, rec.cached_tokens) == (200, "r1", 32)
 
 
+def test_a_429_keeps_its_retry_after() -> None:
+    response = httpx.Response(429, content=b"{}", headers={"retry-after": "2"})
+    rec = run(lambda request: response)
+    assert (rec.status, rec.retry_after_s) == (429, 2.0) and not rec.ok
+
+
 def test_chat_stream_without_usage_counts_chunks() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/chat/completions"

@@ -208,3 +208,23 @@ def test_capacity_is_read_when_a_slot_frees() -> None:
         assert [t.done() for t in tasks] == [True, True, True] and load.counts[M] == 3
 
     run(go)
+
+
+def test_reserved_slots_let_the_most_urgent_level_start_at_once() -> None:
+    async def go() -> None:
+        load = LoadTracker({M: ModelLimits(2, 1, None)})
+        admission = Admission(load, lambda _: 1, LEVELS, 5.0, None, reserved_slots=1)
+        await admission.admit(M, ask("flood", priority=2))  # one slot left: the reserved one
+        batch = asyncio.ensure_future(admission.admit(M, ask("flood", priority=2)))
+        await settle()
+        assert not batch.done()  # a batch request may not take the reserved slot
+        await asyncio.wait_for(admission.admit(M, ask("steady", priority=0)), 1)  # at once
+        assert load.counts[M] == 2 and not batch.done()
+        admission.release(M)  # the urgent one ends: its slot is reserved again
+        await settle()
+        assert not batch.done()
+        admission.release(M)  # the first batch one ends: the waiting one takes its slot
+        await settle()
+        assert batch.done() and load.counts[M] == 1
+
+    run(go)

@@ -172,3 +172,11 @@ def test_a_policy_rule_places_what_it_decides(
 def test_a_rule_priority_must_be_a_level() -> None:
     with pytest.raises(ValidationError, match=r"rule 'bulk': priority 'batch' is not one of"):
         app_config(policy=RULED)
+
+
+def test_reserved_slots_must_leave_the_other_levels_a_slot() -> None:
+    deployment = {"max_ongoing_requests": 2}
+    model = {"model_id": "a", "source": {"path": "/x"}, "deployment": deployment}
+    args = {"models": [model], "priorities": PRIORITIES | {"reserved_slots": 2}}
+    with pytest.raises(ValidationError, match=r"reserved_slots \(2\) leaves model 'a' no slot"):
+        RouterAppConfig.model_validate(args)
