@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from load_tests.client import RequestRecord, stream_body
-from load_tests.replica_routing import app_args, wait_healthy
+from load_tests.replica_routing import app_args, own_serve, wait_healthy
 from load_tests.report import ratio
 from load_tests.results import RESULTS_DIR, new_document, result_path
 from load_tests.stats import summarize
@@ -137,16 +137,13 @@ def serve_args(args: argparse.Namespace, priorities: bool) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Serve and load every phase; the result document."""
-    import ray
     from ray import serve
 
     from router.app import APP_NAME, build_app
 
     url = f"http://127.0.0.1:{args.port}"
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     phases: dict[str, dict[str, Any]] = {}
-    try:
+    with own_serve(args.port):
         for name, priorities, flood in (
             ("unloaded", True, False),
             ("priority", True, True),
@@ -160,9 +157,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             start = time.perf_counter()
             phases[name] = asyncio.run(phase(url, model, args, flood))
             print(f"{name}: done in {time.perf_counter() - start:.1f} s", flush=True)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     unloaded = phases["unloaded"]["steady_ttft_ms"]["p99"]
     ratios = {
         f"{name}_p99_over_unloaded": ratio(phases[name]["steady_ttft_ms"]["p99"], unloaded)

@@ -37,7 +37,8 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -244,18 +245,31 @@ async def _prefix_counts(url: str, model: str) -> dict[str, tuple[float, float]]
         return await prefix_cache_by_replica(client, url, model)
 
 
+@contextmanager
+def own_serve(port: int) -> Iterator[None]:
+    """A Ray instance of this process's own with Serve's HTTP proxy on `port`, shut down
+    afterwards."""
+    import ray
+    from ray import serve
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Serve and load every mode in turn; the result document."""
-    import ray
     from ray import serve
 
     from router.app import APP_NAME, build_app
 
     url = f"http://127.0.0.1:{args.port}"
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     modes: dict[str, dict[str, Any]] = {}
-    try:
+    with own_serve(args.port):
         for mode in args.modes:
             config = app_args(mode)
             model = config["models"][0]["model_id"]
@@ -267,9 +281,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             modes[mode] = summary(records, wall, before, after)
             print(f"{mode}: done in {wall:.1f} s", flush=True)
             serve.delete(APP_NAME)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     workload = {k: v for k, v in vars(args).items() if k not in ("results_dir", "port")}
     return new_document(
         "replica-routing", workload, serve_config="configs/replicas.yaml", modes=modes

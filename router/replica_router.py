@@ -80,21 +80,29 @@ def _session(pending: PendingRequest | None) -> str | None:
     return session if isinstance(session, str) else None
 
 
-class PowerOfTwoRouter(PowerOfTwoChoicesRequestRouter):
-    """Ray's power-of-two choices, after session affinity (module docstring)."""
+class SessionAffinity:
+    """A request-router mixin: a call with a session key goes to `session_replica`'s choice
+    when there is one, else to the router it is mixed into (listed after it)."""
 
     async def choose_replicas(
         self,
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        """[[the session's replica]] when affinity applies, else Ray's two random choices."""
+        """[[the session's replica]] when affinity applies, else the next router's choice."""
         session = _session(pending_request)
         if session is not None:
-            chosen = session_replica(self, candidate_replicas, session)
+            chosen = session_replica(self, candidate_replicas, session)  # type: ignore[arg-type]
             if chosen is not None:
                 return [[chosen]]
-        return await super().choose_replicas(candidate_replicas, pending_request)
+        chosen_sets: list[list[RunningReplica]] = await super().choose_replicas(  # type: ignore[misc]
+            candidate_replicas, pending_request
+        )
+        return chosen_sets
+
+
+class PowerOfTwoRouter(SessionAffinity, PowerOfTwoChoicesRequestRouter):
+    """Ray's power-of-two choices, after session affinity (module docstring)."""
 
 
 def prefix_key(request: Any, lora: Any = None) -> str:
@@ -129,7 +137,7 @@ def _json(item: Any) -> str:
     return json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
 
 
-class PrefixAwareRouter(PrefixCacheAffinityRouter):
+class PrefixAwareRouter(SessionAffinity, PrefixCacheAffinityRouter):
     """Ray's `PrefixCacheAffinityRouter` keyed on `prefix_key`, after session affinity (module
     docstring)."""
 
@@ -170,22 +178,6 @@ class PrefixAwareRouter(PrefixCacheAffinityRouter):
             probed = await self._probe_queue_lens(unknown, 0)
             lens += [n for _, n in probed if n is not None]
         return lens
-
-    async def choose_replicas(
-        self,
-        candidate_replicas: list[RunningReplica],
-        pending_request: PendingRequest | None = None,
-    ) -> list[list[RunningReplica]]:
-        """[[the session's replica]] when affinity applies, else the prefix match."""
-        session = _session(pending_request)
-        if session is not None:
-            chosen = session_replica(self, candidate_replicas, session)
-            if chosen is not None:
-                return [[chosen]]
-        chosen_sets: list[list[RunningReplica]] = await super().choose_replicas(
-            candidate_replicas, pending_request
-        )
-        return chosen_sets
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: Any, result: Any):
         """Record the call's text as held by `replica_id`, without waiting for the tree actor."""

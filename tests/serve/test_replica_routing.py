@@ -13,10 +13,7 @@ import pytest
 import yaml
 from app_args import REPO
 from dashboards import Exposition, scrape_until
-from ray import serve
-from serve_helpers import wait_healthy
-
-from router.app import build_app
+from serve_helpers import side_app
 
 APP = "prefix-replicas"
 REPLICA = "x-ascend-router-replica"
@@ -26,21 +23,15 @@ SYSTEM = " ".join(f"Rule {i}: answer in one short sentence about colour {i}." fo
 
 @pytest.fixture(scope="module")
 def replicas(serve_url: str) -> Iterator[httpx.Client]:
-    """configs/replicas.yaml's application, its replicas a quarter CPU each, at `/replicas`."""
+    """configs/replicas.yaml's application, its replicas a quarter CPU each, at `/prefix-replicas`."""
     cfg = yaml.safe_load((REPO / "configs" / "replicas.yaml").read_text())
     args: dict[str, Any] = cfg["applications"][0]["args"]
     (model,) = args["models"]
     assert model["routing"]["replica"] == "prefix_aware"
     assert model["deployment"]["num_replicas"] == 2
     model["deployment"]["ray_actor_options"] = {"num_cpus": 0.25}
-    args["router_deployment"] = {"ray_actor_options": {"num_cpus": 0.05}}
-    serve.run(build_app(args), name=APP, route_prefix=f"/{APP}")
-    try:
-        with httpx.Client(base_url=f"{serve_url}/{APP}", timeout=180) as client:
-            wait_healthy(client)
-            yield client
-    finally:
-        serve.delete(APP)
+    with side_app(serve_url, APP, [model], session_key=args["session_key"]) as client:
+        yield client
 
 
 def ask(client: httpx.Client, messages: list[dict[str, str]], **extra: Any) -> httpx.Response:
