@@ -20,6 +20,9 @@ from configs.replica_routing import ReplicaRouting, SessionSource
 from configs.request_limits import RequestLimits
 from configs.responses_store import ResponsesStoreConfig
 
+ROUTER_MAX_ONGOING = 10_000
+"""The most requests the router deployment takes at once by default (`router_deployment`)."""
+
 UNKNOWN_CONTEXT = 1 << 30
 """Context length assumed for a model whose replica has not reported it yet (no config value)."""
 
@@ -287,8 +290,24 @@ class RouterAppConfig(BaseModel):
     )
     router_deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 0.1}),
-        description="Options of the router (ingress) deployment.",
+        description="Options of the router (ingress) deployment. Unless set, its "
+        "`max_ongoing_requests` is what the models run and queue together plus 64 (at most "
+        f"{ROUTER_MAX_ONGOING}), so that every request reaches the router's own fair queue "
+        "instead of waiting, first come first served, in Ray's queue in front of the router.",
     )
+
+    @model_validator(mode="after")
+    def _router_takes_what_the_models_take(self) -> RouterAppConfig:
+        options = self.router_deployment
+        if "max_ongoing_requests" not in options.model_fields_set:
+            total = 64  # health, metrics and requests refused before admission
+            for m in self.models:
+                _, replicas = m.deployment.replica_range()
+                queued = m.deployment.max_queued_requests
+                total += m.deployment.max_ongoing_requests * replicas
+                total += queued if queued >= 0 else ROUTER_MAX_ONGOING
+            options.max_ongoing_requests = min(total, ROUTER_MAX_ONGOING)
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> RouterAppConfig:

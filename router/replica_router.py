@@ -9,17 +9,17 @@ Each model's `routing` (`configs.replica_routing.ReplicaRouting`) selects one of
   (`ray.serve.llm.request_router`): an approximate prefix tree of the text routed to each
   replica, kept by one actor per deployment; while the replicas' queues differ by at most
   `imbalanced_threshold`, a request goes to the replica whose routed text shares the longest
-  prefix with its own (at least `match_rate_threshold` of it), else to the replica holding the
-  least text; beyond the threshold, power of two. Subclassed for three reasons:
+  prefix with its own (at least `match_rate_threshold` of it), else (in Ray's) to the replica
+  holding the least text; beyond the threshold, power of two. Subclassed for three reasons:
   1. The text it keys on. Ray's concatenates message contents only, so two LoRA adapters, or
      the same words under another role or other tools, count as a shared prefix although their
      KV differs. Ours is the adapter, then the tools, then each message whole (role, content,
      tool calls), in prompt order: what changes the KV changes the key. One deployment serves
      one chat template, and the tree is per deployment, so the template is part of it too.
-  2. A request that matches no replica well enough goes to the least loaded replica (the
-     shortest queue among all), not Ray's "replica holding the least text": a burst of new
-     conversations routed before their text is in the tree would otherwise all go to that one
-     replica (measured: TTFT p99 1.8x power of two's, `load_tests.replica_routing`).
+  2. A request that matches no replica well enough (`MIN_MATCH_CHARS` at least) goes to the
+     least loaded replica (the shortest queue among all), not to the one holding the least
+     text: a burst of new conversations, routed before their text is in the tree, would all
+     go to that one replica (TTFT p99 1.8x power of two's, `load_tests.replica_routing`).
   3. The tree actor is awaited, not read with a blocking `ray.get` on the routing event loop;
      recording a routed request does not wait at all (calls from one process run in order on
      the actor, so the next lookup sees it).
@@ -49,6 +49,10 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from configs.replica_routing import ReplicaRouting
+
+MIN_MATCH_CHARS = 64
+"""The shortest shared prefix that counts as a match whatever the request's length: less text
+cannot fill one KV block (16 tokens of about 4 characters), and every chat key starts alike."""
 
 SESSION_KWARG = "session"
 """The call keyword that carries a session key to the request router (not read by replicas)."""
@@ -149,8 +153,9 @@ class PrefixAwareRouter(SessionAffinity, PrefixCacheAffinityRouter):
         self, pending_request: PendingRequest | None, candidate_replicas: list[RunningReplica]
     ) -> list[list[RunningReplica]]:
         """[replicas to pick the shortest queue from]: those holding the longest prefix of the
-        request (at least `match_rate_threshold` of it), else every candidate; [[]] (power of
-        two) while the queues differ by more than `imbalanced_threshold`."""
+        request (at least `match_rate_threshold` of it and `MIN_MATCH_CHARS`), else every
+        candidate; [[]] (power of two) while the queues differ by more than
+        `imbalanced_threshold`."""
         if pending_request is None or not pending_request.args:
             return [[]]
         lens = await self._queue_lens(candidate_replicas)
@@ -159,7 +164,8 @@ class PrefixAwareRouter(SessionAffinity, PrefixCacheAffinityRouter):
         text = self._extract_text_from_request(pending_request)
         ids = [r.replica_id.to_full_id_str() for r in candidate_replicas]
         matched, holders = await self._tree_actor.prefix_match.remote(text, ids)
-        if not holders or len(matched) < self._match_rate_threshold * len(text):
+        least = max(self._match_rate_threshold * len(text), MIN_MATCH_CHARS)
+        if not holders or len(matched) < least:
             return [candidate_replicas]
         return [[self._replicas[ReplicaID.from_full_id_str(h)] for h in holders]]
 

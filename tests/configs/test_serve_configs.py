@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -69,3 +70,20 @@ def test_autoscaling_config_is_checked_against_ray_serves_own(
 
     with pytest.raises(ValidationError, match=message):
         DeploymentOptions.model_validate({"autoscaling_config": autoscaling})
+
+
+def test_the_router_takes_what_its_models_run_and_queue() -> None:
+    def model(model_id: str, **deployment: Any) -> dict[str, Any]:
+        return {"model_id": model_id, "source": {"path": "/x"}, "deployment": deployment}
+
+    two = [
+        model("a", num_replicas=2, max_ongoing_requests=4, max_queued_requests=8),
+        model("b", max_ongoing_requests=16, max_queued_requests=32),
+    ]
+    config = RouterAppConfig.model_validate({"models": two})
+    assert config.router_deployment.max_ongoing_requests == 64 + 2 * 4 + 8 + 16 + 32
+    unbounded = [model("a", max_queued_requests=-1)]
+    config = RouterAppConfig.model_validate({"models": unbounded})
+    assert config.router_deployment.max_ongoing_requests == 10_000
+    chosen = {"models": two, "router_deployment": {"max_ongoing_requests": 7}}
+    assert RouterAppConfig.model_validate(chosen).router_deployment.max_ongoing_requests == 7
