@@ -68,7 +68,7 @@ def test_conversation_stays_on_one_replica_and_its_cache_grows(replicas: httpx.C
 
 def test_a_session_stays_on_its_replica(replicas: httpx.Client) -> None:
     placed: dict[str, set[str]] = {}
-    for session in (f"session-{i}" for i in range(10)):
+    for session in (f"session-{i}" for i in range(16)):
         for question in ("Name a fruit.", "Name a river."):
             resp = ask(
                 replicas,
