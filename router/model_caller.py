@@ -211,7 +211,7 @@ class ModelCaller:
     ) -> dict[str, Any]:
         """The keyword arguments of a call beyond the request: the preprocessing plan, the
         adapter's `LoraSpec` when `model` is a LoRA adapter, and the session key (read by the
-        deployment's request router, `deployments.replica_router`, not by the replica)."""
+        deployment's request router, `router.replica_router`, not by the replica)."""
         extra: dict[str, Any] = {} if plan is None else {"preprocess": plan}
         base = self.catalog.configs[self.catalog.base(model)]
         if context.session is not None and base.routing.session_affinity:
