@@ -4,12 +4,18 @@ Run before `serve run configs/families.yaml`, which serves them next to SmolLM2:
 
     ascend-router make-tiny-models        # .tiny_models/{qwen2,deepseek_v3,deepseek_v4}
     ascend-router make-tiny-models --out DIR --families qwen2,qwen3,deepseek_v3
+    ascend-router make-tiny-models --families deepseek_v3_fp8,deepseek_v4_fp8
 
 Each family goes to `DIR/<family>` (replaced if present): safetensors shards with their index,
 `config.json`, `generation_config.json` (`fixtures.tiny_checkpoints`), and `tokenizer.json` /
 `tokenizer_config.json` / `chat_template.jinja` (`fixtures.family_tokenizers`). The weights
 are random, so the answers are gibberish; the tokenizer, chat template, tool-call format and
 model architecture are the real ones. Nothing is downloaded.
+
+`deepseek_v3_fp8` and `deepseek_v4_fp8` are the same models in their official FP8 layouts
+(`fixtures.fp8_checkpoints.make_fp8_checkpoint`: block-scaled e4m3 weights in 16 x 16 blocks, V4's
+routed experts MXFP4), with `quantization_config` in `config.json`, so `serve run` loads them as
+it loads DeepSeek's FP8 releases (docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ FAMILIES = ("deepseek_v3", "deepseek_v32", "deepseek_v4", "qwen2", "qwen3", "qwe
 """The families with a shipped tokenizer (`fixtures.family_tokenizers.FAMILY_TOKENIZERS`, kept
 equal by tests/cli/test_cli_startup.py), spelled here so that the CLI starts without importing
 transformers."""
+FP8_SUFFIX = "_fp8"
+FP8_FAMILIES = ("deepseek_v3", "deepseek_v4")
+"""Families also written in their FP8 layout as `<family>_fp8` (`fixtures.fp8_checkpoints.
+FP8_FAMILIES`, kept equal by tests/cli/test_tiny_fp8_models.py)."""
+CHOICES = (*FAMILIES, *(f + FP8_SUFFIX for f in FP8_FAMILIES))
+"""Every family name `--families` takes."""
 
 
 def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path]:
@@ -37,9 +49,10 @@ def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path
         ValueError: a family has no shipped tokenizer (the message lists those that do).
     """
     from fixtures.family_tokenizers import save_family_tokenizer
+    from fixtures.fp8_checkpoints import make_fp8_checkpoint
     from fixtures.tiny_checkpoints import make_tiny_checkpoint
 
-    known = list(FAMILIES)
+    known = list(CHOICES)
     unknown = [f for f in families if f not in known]
     if unknown:
         raise ValueError(f"no tiny model with a tokenizer for {unknown}; choose from {known}")
@@ -48,8 +61,12 @@ def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path
         final = out / family
         staging = out / f".{family}.partial"  # never leave a half-written checkpoint at `final`
         shutil.rmtree(staging, ignore_errors=True)
-        make_tiny_checkpoint(family, staging, real_vocab=True, seed=seed)
-        save_family_tokenizer(family, staging)
+        base = family.removesuffix(FP8_SUFFIX)
+        if base != family:
+            make_fp8_checkpoint(base, staging, real_vocab=True, seed=seed)
+        else:
+            make_tiny_checkpoint(family, staging, real_vocab=True, seed=seed)
+        save_family_tokenizer(base, staging)
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
         paths.append(final)
@@ -70,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--families",
         default=",".join(DEFAULT_FAMILIES),
-        help=f"comma-separated, from {', '.join(FAMILIES)} (default {','.join(DEFAULT_FAMILIES)})",
+        help=f"comma-separated, from {', '.join(CHOICES)} (default {','.join(DEFAULT_FAMILIES)})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     p.set_defaults(func=run)

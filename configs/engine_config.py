@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.lora_config import LoraConfig
+from configs.slo_config import SloConfig
 from configs.speculative_config import SpeculativeConfig
 
 
@@ -41,6 +42,42 @@ class EngineConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _pipeline_stages(self) -> EngineConfig:
+        pp, partition = self.pipeline_parallel_size, self.pipeline_layer_partition
+        if partition is not None and len(partition) != pp:
+            raise ValueError(
+                f"pipeline_layer_partition {partition} has {len(partition)} entries; give one "
+                f"layer count per stage (pipeline_parallel_size={pp})"
+            )
+        if partition is not None and min(partition) < 1:
+            raise ValueError(
+                f"pipeline_layer_partition {partition}: every stage needs at least one layer"
+            )
+        if pp == 1:
+            return self
+        refused = {
+            "speculative": self.speculative is not None,
+            "lora": self.lora is not None,
+            "enforce_eager: false": not self.enforce_eager,
+        }
+        if any(refused.values()):
+            names = ", ".join(name for name, on in refused.items() if on)
+            raise ValueError(
+                f"pipeline_parallel_size={pp} does not run with {names}; turn it off or use "
+                "pipeline_parallel_size: 1 (docs/pipeline-parallel.md)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _slo_floor_under_the_cap(self) -> EngineConfig:
+        if self.slo is not None and self.slo.min_num_seqs > self.max_num_seqs:
+            raise ValueError(
+                f"slo.min_num_seqs {self.slo.min_num_seqs} is over max_num_seqs "
+                f"{self.max_num_seqs}: lower it or raise max_num_seqs"
+            )
+        return self
+
     @field_validator("graph_batch_sizes")
     @classmethod
     def _graph_sizes_ascending(cls, sizes: list[int]) -> list[int]:
@@ -55,6 +92,13 @@ class EngineConfig(BaseModel):
         "float32.",
     )
     block_size: int = Field(16, gt=0, le=1024, description="Tokens per KV-cache block.")
+    kv_cache_dtype: Literal["auto", "int8", "fp8_e4m3"] = Field(
+        "auto",
+        description="KV-cache element type. `auto` = the model dtype; `int8` / `fp8_e4m3` = "
+        "8-bit codes with one float16 scale per token and K/V head (dynamic, no calibration), "
+        "(head_dim + 2) / (2 * head_dim) of a bfloat16 cache's bytes (51.6% at head_dim 64, "
+        "50.8% at 128). Not for DeepSeek-V4. See docs/kv-cache.md.",
+    )
     kv_cache_memory_bytes: int = Field(
         512 << 20,
         gt=0,
@@ -88,9 +132,26 @@ class EngineConfig(BaseModel):
     placement_timeout_s: float = Field(
         60.0, gt=0, description="Seconds to wait for the ranks' devices before failing."
     )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="Pipeline stages per replica: the decoder layers are split into this many "
+        "consecutive stages, each on `tensor_parallel_size` ranks (a replica has tensor x "
+        "pipeline ranks); each step's batch flows through the stages as micro-batches so that "
+        "stages overlap. Not with speculative decoding, LoRA, graph mode or DeepSeek-V4 "
+        "(docs/pipeline-parallel.md).",
+    )
+    pipeline_layer_partition: list[int] | None = Field(
+        None,
+        description="Decoder layers per pipeline stage, first stage first (vLLM's "
+        "VLLM_PP_LAYER_PARTITION); must have `pipeline_parallel_size` positive entries summing "
+        "to the model's layer count. None: an even split, the remainder on the stages before "
+        "the last (which also holds the output projection).",
+    )
     tensor_parallel_placement: Literal["STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD"] = Field(
         "STRICT_PACK",
-        description="Ray placement-group strategy of the tensor-parallel ranks: `STRICT_PACK` "
+        description="Ray placement-group strategy of the tensor-parallel ranks (of every "
+        "pipeline stage: all of a replica's ranks are one group): `STRICT_PACK` "
         "keeps them on one node (collectives stay inside it); `PACK` prefers one node; "
         "`SPREAD`/`STRICT_SPREAD` put them on different nodes (a model wider than one node). "
         "Rank 0's node IP as Ray reports it is where the other ranks meet "
@@ -209,4 +270,15 @@ class EngineConfig(BaseModel):
         "output is unchanged and sampled output keeps its distribution (rejection sampling); "
         "requests with a grammar (tool_choice, response_format) do not speculate. In graph mode a "
         "step's draft tokens count as decode rows toward its graph size. None: off.",
+    )
+    slo: SloConfig | None = Field(
+        None,
+        description="Latency targets for batch sizing (`configs.slo_config`): `tpot_ms` (p90 of "
+        "the decode steps' wall time), `ttft_ms` (p90 of queued -> first token), `window_steps`, "
+        "`min_num_seqs`, `decrease_factor`, `increase_margin`. While set, `max_num_seqs` and "
+        "`max_num_batched_tokens` become ceilings: the engine lowers its admission limits when "
+        "the p90 is over target and raises them while requests wait and there is room "
+        "(`engine.slo_controller`); running sequences are never preempted by a lowered limit, "
+        "and outputs do not change. The limits are metrics "
+        "(`ascend_router_engine_max_num_seqs`, ...). None: fixed limits.",
     )

@@ -299,13 +299,17 @@ class ModelServer:
         return None
 
     def info(self) -> dict[str, Any]:
-        """Model id and context length, for `/v1/models` and routing; the router's probe.
+        """Model id and context length, for `/v1/models` and routing; the router's probe. Also
+        the engine's admission limits now (`batch_limits`: `max_num_seqs`,
+        `max_num_batched_tokens`) and, with `engine.slo`, its latency controller's figures
+        (`slo`: `tpot_p90_s`, `ttft_p90_s`, `num_decreases`, `num_increases`; else None).
 
         Raises:
             RuntimeError: the engine loop is not running (the probe then fails).
         """
         self.check_health()
-        return {"id": self.config.model_id, "max_model_len": self.engine.max_model_len}
+        info = {"id": self.config.model_id, "max_model_len": self.engine.max_model_len}
+        return {**info, **self.engine.stats().batching()}
 
     def stats(self) -> EngineStats:
         """The engine's current load."""

@@ -17,6 +17,10 @@ float32 scores and sums, the same order whatever the batch); `npu_incre_flash_at
 Ascend; on other platforms torch's SDPA over the gathered context. The whole cache is passed as
 `[num_blocks, block_size, kvH, d]`.
 
+An 8-bit cache (`engine.kv_cache_dtype`; `npu_ops.ops.kv_quant`) is written quantised, one
+float16 scale per token and head beside the codes, and read dequantised: by the decode op, and
+for prefill here, as each sequence's context is gathered.
+
 Registration follows transformers' `AttentionInterface` (transformers
 `modeling_utils.AttentionInterface`, "Customizing attention function" in its docs).
 """
@@ -29,6 +33,7 @@ from transformers import AttentionInterface
 
 from engine.attention_metadata import AttentionMetadata
 from engine.forward_context import current_forward_context
+from npu_ops.ops.kv_quant import dequantize_kv, is_quantized, write_cache
 
 ATTENTION_NAME = "ascend_paged"
 
@@ -60,8 +65,8 @@ def paged_attention(
     assert ctx is not None, "paged_attention called outside forward_context"
     meta = ctx.attention
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
-    k_cache.index_copy_(0, meta.slot_mapping, key[0].transpose(0, 1).to(k_cache.dtype))
-    v_cache.index_copy_(0, meta.slot_mapping, value[0].transpose(0, 1).to(v_cache.dtype))
+    write_cache(k_cache, meta.slot_mapping, key[0].transpose(0, 1))
+    write_cache(v_cache, meta.slot_mapping, value[0].transpose(0, 1))
     gqa = query.shape[1] != key.shape[1]
     out = query.new_empty(query.shape[:3] + (value.shape[-1],))  # [1, H, T, v_head_dim]
     if meta.decode_rows.numel():
@@ -89,7 +94,8 @@ def gather_context(
     """Each sequence's context, block by block.
 
     Args:
-        cache: `[num_slots, kvH, dim]`.
+        cache: `[num_slots, kvH, dim]`, or an 8-bit cache `[num_slots, kvH, dim + 2]`
+            (dequantised here).
         tables: `[S, B]` block tables; `width` = `B * block_size`.
 
     Returns:
@@ -97,6 +103,8 @@ def gather_context(
     """
     seqs, blocks = tables.shape
     picked = cache.view(-1, width // blocks, *cache.shape[1:]).index_select(0, tables.flatten())
+    if is_quantized(cache):
+        picked = dequantize_kv(picked, dtype)
     ctx = picked.view(seqs, width, cache.shape[1], -1).permute(0, 2, 1, 3)
     return ctx.to(dtype, memory_format=torch.contiguous_format)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PretrainedConfig
@@ -23,14 +24,19 @@ from engine.deepseek_v4.cache import HybridKVSpec
 from engine.executor import Executor, LocalExecutor
 from engine.gguf_cache import loadable
 from engine.graph_capture import capture_decode_graphs
-from engine.kv_budget import num_kv_blocks
+from engine.kv_budget import MemoryProfile, num_kv_blocks, pipeline_kv_blocks
+from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import AnyKVSpec, block_manager_for, kv_spec
 from engine.lora.manager import LoraManager
 from engine.model_loader import eos_token_ids, load_config, load_model, weight_bytes
+from engine.parallel.stage_layers import stage_layer_ranges
 from engine.scheduler import Scheduler
 from engine.spec_decode.build import Drafter, build_speculator, fit_hybrid_drafter, load_drafter
 from engine.spec_decode.speculator import Speculator
 from npu_ops.platform import DeviceKind, Platform, current_platform
+
+if TYPE_CHECKING:
+    from engine.parallel.ray_executor import RayExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +101,24 @@ def build_engine(
     max_model_len = config.max_model_len or int(getattr(hf_config, "max_position_embeddings", 2048))
     spec = kv_spec(hf_config, dtype, tensor_parallel_size, config)
     graphs = _graph_spec(config, spec.hybrid, max_model_len)
-    _check_parallel(config, tensor_parallel_size)
+    _check_parallel(config, tensor_parallel_size, spec)
     drafter = None
     executor: Executor
-    if tensor_parallel_size == 1:
+    stage_layers: list[int] | None = None  # decoder layers per pipeline stage
+    if config.pipeline_parallel_size > 1:  # a bad partition fails before any rank starts
+        ranges = stage_layer_ranges(
+            int(hf_config.num_hidden_layers),
+            config.pipeline_parallel_size,
+            config.pipeline_layer_partition,
+        )
+        stage_layers = [len(r) for r in ranges]
+    ranks = None
+    if tensor_parallel_size * config.pipeline_parallel_size == 1:
         executor, spec, drafter = _local_executor(ref, config, hf_config, spec, dtype, graphs)
     else:
         from engine.parallel.ray_executor import RayExecutor  # needs Ray only when used
 
-        executor = RayExecutor(
+        executor = ranks = RayExecutor(
             checkpoint,
             tensor_parallel_size,
             expert_parallel,
@@ -115,10 +130,15 @@ def build_engine(
             graphs,
             lora=config.lora is not None,
             strategy=config.tensor_parallel_placement,
+            pipeline_stages=config.pipeline_parallel_size,
+            layer_partition=config.pipeline_layer_partition,
         )
     try:
         lora = LoraManager(config.lora, executor, dtype) if config.lora is not None else None
-        num_blocks = _num_blocks(executor, config, spec, max_model_len, drafter, platform)
+        if ranks is not None and stage_layers is not None:
+            num_blocks = _stage_blocks(ranks, config, spec, stage_layers, max_model_len)
+        else:
+            num_blocks = _num_blocks(executor, config, spec, max_model_len, drafter, platform)
         executor.allocate_kv(num_blocks)
         if graphs is not None:
             capture_decode_graphs(executor, graphs, threads.for_step)
@@ -166,14 +186,20 @@ def _graph_spec(config: EngineConfig, hybrid: bool, max_model_len: int) -> Decod
     )
 
 
-def _check_parallel(config: EngineConfig, tensor_parallel_size: int) -> None:
-    """Refuse what runs with tensor parallel size 1 only.
+def _check_parallel(config: EngineConfig, tensor_parallel_size: int, spec: AnyKVSpec) -> None:
+    """Refuse what runs on one rank only, and what pipeline parallel does not run.
 
     Raises:
         ValueError: a drafting model (`draft`, `mtp`), or weight or output quantisation, asked
-            for with tensor parallel.
+            for with tensor or pipeline parallel; DeepSeek-V4's hybrid cache with pipeline
+            parallel.
     """
-    if tensor_parallel_size == 1:
+    if config.pipeline_parallel_size > 1 and isinstance(spec, HybridKVSpec):
+        raise ValueError(
+            "pipeline_parallel_size > 1 does not run DeepSeek-V4 (its hybrid KV cache and "
+            "hyper-connections are not split by stage); use tensor_parallel_size instead"
+        )
+    if tensor_parallel_size * config.pipeline_parallel_size == 1:
         return
     method = config.speculative.method if config.speculative is not None else None
     if method in ("draft", "mtp"):
@@ -183,7 +209,8 @@ def _check_parallel(config: EngineConfig, tensor_parallel_size: int) -> None:
         )
     if config.weight_quantization != "none" or config.output_quantization != "none":
         raise ValueError(
-            "weight_quantization and output_quantization run with tensor_parallel_size 1 only"
+            "weight_quantization and output_quantization run with tensor_parallel_size 1 and "
+            "pipeline_parallel_size 1 only"
         )
 
 
@@ -223,6 +250,23 @@ def _local_executor(
     lora = config.lora is not None
     executor = LocalExecutor(model, spec, config.block_size, device, graphs, lora=lora)
     return executor, spec, drafter
+
+
+def _stage_blocks(
+    executor: RayExecutor,
+    config: EngineConfig,
+    spec: AnyKVSpec,
+    stage_layers: list[int],
+    max_model_len: int,
+) -> int:
+    """The KV blocks of every pipeline stage: the fewest that any stage holds, each stage sized
+    for its own layers (`engine.kv_budget.pipeline_kv_blocks`), from a profiled forward pass on
+    an accelerator unless `num_kv_blocks` is set."""
+    assert isinstance(spec, KVCacheSpec), "pipeline stages hold one KV kind"
+    profiles: list[MemoryProfile | None] = [None] * len(stage_layers)
+    if current_platform().kind is not DeviceKind.CPU and config.num_kv_blocks is None:
+        profiles = list(executor.stage_profiles(config.max_num_batched_tokens))
+    return pipeline_kv_blocks(config, spec, stage_layers, max_model_len, profiles)
 
 
 def _num_blocks(

@@ -1,4 +1,5 @@
-"""Where the forward pass runs: in this process (one rank) or on tensor-parallel rank actors.
+"""Where the forward pass runs: in this process (one rank) or on rank actors (tensor and
+pipeline parallel).
 
 Start-up is three steps so the KV cache can be sized from measured memory: load the weights,
 `profile` a forward pass at the largest step, then `allocate_kv` the blocks the engine decided.
@@ -7,18 +8,20 @@ Start-up is three steps so the KV cache can be sized from measured memory: load 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from engine.decode_graphs import DecodeGraphSpec
 from engine.kv_budget import MemoryProfile
+from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import AnyKVSpec, allocate_kv_caches
 from engine.lora.adapter import LoraAdapter
 from engine.lora.model import LoraModel
 from engine.model_loader import weight_bytes
 from engine.model_runner import ModelRunner
 from engine.parallel.sharding import LinearShard
+from engine.parallel.stage_layers import StageLayers, stage_kv_caches
 from engine.step_input import StepInput
 from engine.step_result import StepResult
 from npu_ops.platform import current_platform
@@ -88,6 +91,9 @@ class ModelShard:
         lora: wrap the model's linears for LoRA adapters (`engine.lora.model.LoraModel`).
         lora_shards: under tensor parallel, what this rank kept of each linear (adapters are
             sharded alike).
+        stage: under pipeline parallel, the layers this shard holds
+            (`engine.parallel.stage_layers`): its cache holds those layers only, and it runs
+            steps through `engine.parallel.pipeline`. None: the whole model.
     """
 
     def __init__(
@@ -99,7 +105,9 @@ class ModelShard:
         graphs: DecodeGraphSpec | None = None,
         lora: bool = False,
         lora_shards: Mapping[str, LinearShard] | None = None,
+        stage: StageLayers | None = None,
     ) -> None:
+        self.stage = stage
         self.graphs = graphs
         self.model = model
         self.lora = LoraModel(model, device, lora_shards) if lora else None
@@ -109,24 +117,31 @@ class ModelShard:
         self.runner: ModelRunner | None = None
 
     def profile(self, num_tokens: int) -> MemoryProfile:
-        """Run one prefill of `num_tokens` tokens against a scratch cache and measure memory."""
+        """Run one prefill of `num_tokens` tokens against a scratch cache and measure memory
+        (a pipeline stage's layers only, on zero hidden states after the first stage)."""
         platform = current_platform()
         weights = weight_bytes(self.model)
         blocks = -(-num_tokens // self.block_size)
-        scratch = allocate_kv_caches(self.spec, blocks, self.block_size, self.device)
+        scratch = self._caches(blocks)
         runner = ModelRunner(self.model, scratch, self.block_size, self.device)
         platform.reset_peak_memory()
-        runner.execute(
-            StepInput(
-                [0] * num_tokens,
-                [0],
-                [num_tokens],
-                [list(range(blocks))],
-                [num_tokens - 1],
-                [num_tokens],
-                sliding_tables=(tuple(range(blocks)),) if self.spec.hybrid else (),
-            )
+        step = StepInput(
+            [0] * num_tokens,
+            [0],
+            [num_tokens],
+            [list(range(blocks))],
+            [num_tokens - 1],
+            [num_tokens],
+            sliding_tables=(tuple(range(blocks)),) if self.spec.hybrid else (),
         )
+        if self.stage is None:
+            runner.execute(step)
+        else:
+            hidden = None
+            if not self.stage.first:
+                width = int(self.model.config.hidden_size)
+                hidden = torch.zeros(num_tokens, width, dtype=self.model.dtype, device=self.device)
+            runner.execute_stage(step, hidden, last=self.stage.last)
         platform.synchronize()
         peak = max(0, platform.peak_memory_allocated() - weights)
         del runner, scratch
@@ -136,10 +151,15 @@ class ModelShard:
     def allocate_kv(self, num_blocks: int) -> None:
         """Allocate the KV cache and make the shard ready to execute."""
         pad_blocks = 0 if self.graphs is None else 1
-        caches = allocate_kv_caches(
-            self.spec, num_blocks + pad_blocks, self.block_size, self.device
-        )
+        caches = self._caches(num_blocks + pad_blocks)
         self.runner = ModelRunner(self.model, caches, self.block_size, self.device, self.graphs)
+
+    def _caches(self, num_blocks: int) -> list[Any]:
+        """Per-layer caches of `num_blocks` blocks: every layer's, or a pipeline stage's."""
+        if self.stage is None:
+            return allocate_kv_caches(self.spec, num_blocks, self.block_size, self.device)
+        assert isinstance(self.spec, KVCacheSpec), "pipeline stages hold one KV kind"
+        return stage_kv_caches(self.spec, self.stage, num_blocks, self.block_size, self.device)
 
     def capture(self, size: int) -> None:
         """See `ModelRunner.capture`."""

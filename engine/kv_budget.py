@@ -17,9 +17,10 @@ planned device figures (`operate.planning.memory_plan`), so both give the same b
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from configs.engine_config import EngineConfig
+from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import AnyKVSpec
 
 logger = logging.getLogger(__name__)
@@ -158,3 +159,31 @@ def num_kv_blocks(
             "max_model_len"
         )
     return int(blocks)
+
+
+def pipeline_kv_blocks(
+    config: EngineConfig,
+    spec: KVCacheSpec,
+    stage_layers: list[int],
+    max_model_len: int,
+    profiles: list[MemoryProfile | None],
+) -> int:
+    """Blocks per rank under pipeline parallel: each stage holds KV for its own layers only, so
+    its bytes per block are `spec`'s times its share of the layers; every stage holds the
+    engine's blocks, so the stage that fits the fewest decides (`num_kv_blocks` per stage,
+    each logged).
+
+    Args:
+        config: engine settings.
+        spec: the whole model's KV geometry per tensor-parallel rank.
+        stage_layers: decoder layers per stage (`engine.parallel.stage_layers`).
+        max_model_len: context length in tokens.
+        profiles: per stage, its tightest rank's measured profile on NPU/CUDA; None on CPU.
+
+    Raises:
+        ValueError: see `num_kv_blocks`, for any stage.
+    """
+    return min(
+        num_kv_blocks(config, replace(spec, num_layers=layers), max_model_len, profile)
+        for layers, profile in zip(stage_layers, profiles, strict=True)
+    )

@@ -26,14 +26,16 @@ def allocate_kv_caches(
 ) -> list[Any]:
     """Allocate per-layer caches of shape `[num_blocks * block_size, num_kv_heads, head_dim]`:
     `(K, V)`, or for an MLA latent cache `(c_kv [slots, 1, kv_lora_rank], k_pe [slots, 1,
-    qk_rope_head_dim])`; a hybrid spec's own per-layer tuples (`HybridKVSpec.allocate`)."""
+    qk_rope_head_dim])`; a hybrid spec's own per-layer tuples (`HybridKVSpec.allocate`). An 8-bit
+    cache's rows are `head_dim + 2` bytes wide (`KVCacheSpec.storage`, `npu_ops.ops.kv_quant`)."""
     if isinstance(spec, HybridKVSpec):
         return spec.allocate(num_blocks, block_size, device)
     slots = num_blocks * block_size
+    dtype, k_width, v_width = spec.storage()
     return [
         (
-            torch.zeros(slots, spec.num_kv_heads, spec.k_head_dim, dtype=spec.dtype, device=device),
-            torch.zeros(slots, spec.num_kv_heads, spec.v_head_dim, dtype=spec.dtype, device=device),
+            torch.zeros(slots, spec.num_kv_heads, k_width, dtype=dtype, device=device),
+            torch.zeros(slots, spec.num_kv_heads, v_width, dtype=dtype, device=device),
         )
         for _ in range(spec.num_layers)
     ]
@@ -43,13 +45,22 @@ def kv_spec(
     hf_config: PretrainedConfig, dtype: torch.dtype, tensor_parallel_size: int, config: EngineConfig
 ) -> AnyKVSpec:
     """The model's KV geometry per rank: DeepSeek-V4's hybrid kinds, with its sliding-window pool
-    sized for `config` (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others.
+    sized for `config` (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others, in
+    `config.kv_cache_dtype`.
 
     Raises:
-        ValueError: a DeepSeek-V4 `block_size` that is not a multiple of its compress ratios.
+        ValueError: a DeepSeek-V4 `block_size` that is not a multiple of its compress ratios, or
+            an 8-bit `kv_cache_dtype` for DeepSeek-V4 (its compressed caches are kept in the
+            model dtype).
     """
     if hf_config.model_type != "deepseek_v4":
-        return KVCacheSpec.from_config(hf_config, dtype, tensor_parallel_size)
+        one = KVCacheSpec.from_config(hf_config, dtype, tensor_parallel_size)
+        return replace(one, kv_cache_dtype=config.kv_cache_dtype)
+    if config.kv_cache_dtype != "auto":
+        raise ValueError(
+            f"engine.kv_cache_dtype={config.kv_cache_dtype} is not supported for DeepSeek-V4 "
+            "(its hybrid caches are kept in the model dtype); set kv_cache_dtype: auto"
+        )
     spec = HybridKVSpec.from_config(hf_config, dtype)
     spec.check_block_size(config.block_size)
     sliding = spec.sliding_blocks_for(

@@ -3,14 +3,17 @@
 Synchronous and single-threaded; `engine.async_engine` drives it from a background thread. Its
 parts are built by `engine.engine_builder`; LoRA (`engine.lora.manager`), prompt logprobs
 (`engine.prompt_logprobs`) and speculative decoding (`engine.spec_decode.speculator`) each own
-their part of the step, called at fixed points of `_run`.
+their part of the step, called at fixed points of `_run`. With `engine.slo`, each step's wall
+time and first tokens go to the `SloController` (`engine.slo_controller`), which sets the
+scheduler's admission limits for the next step.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -24,6 +27,7 @@ from engine.prompt_logprobs import PromptLogprobRows
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerOutput
 from engine.sequence import Sequence
+from engine.slo_controller import BatchLimits, SloController, SloState, StepSample
 from engine.spec_decode.speculator import SpecDecodeStats, Speculator
 from engine.step_input import StepInput
 
@@ -35,7 +39,9 @@ class EngineStats:
     """A snapshot of the engine's load, for metrics and routing (`lora`: see
     `engine.lora.manager.LoraStats`, None when LoRA is off; `spec`: the speculative decoding
     counters, None when speculation is off; `decode_graphs_in_use`: the decode graph sizes
-    compiled so far, `engine.graph_capture`, 0 in eager mode)."""
+    compiled so far, `engine.graph_capture`, 0 in eager mode; `batch_limits`: the scheduler's
+    admission limits now, the configured ones without `engine.slo`; `slo`: the latency
+    controller's p90s and decision counts, None without `engine.slo`)."""
 
     num_running: int
     num_waiting: int
@@ -48,6 +54,16 @@ class EngineStats:
     lora: LoraStats | None = None
     spec: SpecDecodeStats | None = None
     decode_graphs_in_use: int = 0
+    batch_limits: BatchLimits | None = None
+    slo: SloState | None = None
+
+    def batching(self) -> dict[str, object]:
+        """The admission limits and, with `engine.slo`, the measured p90s (seconds) and the
+        decision counts, as the replica's health reply shows them (JSON-ready)."""
+        return {
+            "batch_limits": asdict(self.batch_limits) if self.batch_limits else None,
+            "slo": asdict(self.slo) if self.slo else None,
+        }
 
 
 class LLMEngine:
@@ -90,6 +106,9 @@ class LLMEngine:
         self.block_manager = parts.block_manager
         self.scheduler = parts.scheduler
         self.speculator: Speculator | None = parts.speculator
+        self.slo: SloController | None = None
+        if config.slo is not None:
+            self.slo = SloController(config.slo, self.scheduler.limits)
         self.outputs = OutputProcessor(
             self.block_manager, self.eos_token_ids, self.max_model_len, self._release
         )
@@ -126,6 +145,8 @@ class LLMEngine:
             seq.generator = torch.Generator().manual_seed(params.seed)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
+        if self.slo is not None:
+            self.slo.queued(request_id, time.monotonic())
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks; False if it is unknown or already finished."""
@@ -139,6 +160,8 @@ class LLMEngine:
         """Forget a finished, failed or aborted sequence and free its KV blocks."""
         del self._seqs[seq.request_id]
         self.scheduler.remove(seq)
+        if self.slo is not None and not seq.output_token_ids:
+            self.slo.forget(seq.request_id)  # else its first token was (or is about to be) seen
 
     def load_lora(self, name: str, path: str) -> None:
         """Load a PEFT adapter at run time (`LoraManager.load`); requests may name it now.
@@ -194,6 +217,8 @@ class LLMEngine:
             self.lora_stats(),
             self.speculator.stats() if self.speculator is not None else None,
             len(self.executor.decode_graphs_in_use()),
+            self.scheduler.limits,
+            self.slo.state() if self.slo is not None else None,
         )
 
     # ---- the step -------------------------------------------------------------------------
@@ -209,11 +234,12 @@ class LLMEngine:
         Raises:
             ExecutorDead: a tensor-parallel rank is gone; the engine cannot serve again.
         """
+        start = time.monotonic()
         batch = self.scheduler.schedule()
         if not batch.scheduled:
             return []
         try:
-            return self._run(batch)
+            outs = self._run(batch)
         except ExecutorDead:  # no later step can run: the caller stops serving
             raise
         except Exception as exc:  # a failed step must not leak blocks or hang callers
@@ -223,6 +249,24 @@ class LLMEngine:
                 self.abort(rid)
             error = f"{type(exc).__name__} in an engine step"
             return [self.outputs.failed(s.seq, error, "step") for s in batch.scheduled]
+        if self.slo is not None:
+            self._follow_slo(batch, outs, start)
+        return outs
+
+    def _follow_slo(self, batch: SchedulerOutput, outs: list[RequestOutput], start: float) -> None:
+        """Report the step that began at `start` to the SLO controller and apply the limits it
+        sets: the step's wall time counts as TPOT when a sequence decoded in it."""
+        assert self.slo is not None
+        now = time.monotonic()
+        decoded = False
+        for out in outs:
+            n = len(out.new_token_ids)
+            if n and out.num_output_tokens == n:
+                self.slo.first_token(out.request_id, now)
+            decoded = decoded or 0 < n < out.num_output_tokens
+        waiting = len(self.scheduler.waiting)
+        sample = StepSample(now - start, len(batch.scheduled), batch.num_tokens, decoded, waiting)
+        self.scheduler.set_limits(self.slo.observe(sample))
 
     @torch.inference_mode()
     def _run(self, batch: SchedulerOutput) -> list[RequestOutput]:

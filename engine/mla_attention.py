@@ -31,6 +31,10 @@ built (`engine.parallel.sharding`), so each rank absorbs its heads' `W_UK`/`W_UV
 latent projection is replicated and every rank writes the whole latent cache of its layers.
 The projections are taken over as parameters in `x @ W` layout (the kernel's), so int4
 quantisation and LoRA adapters apply to `o_proj` only here.
+
+With `engine.kv_cache_dtype` int8 / fp8_e4m3 the latent cache is 8-bit (`c_kv` and `k_pe` each
+with one float16 scale per token, `npu_ops.ops.kv_quant`): the prolog quantises what it writes,
+decode and prefill dequantise what they read.
 """
 
 from __future__ import annotations
@@ -136,8 +140,9 @@ class MLAAttention(nn.Module):
         tokens = hidden_states.shape[1]
         c_cache, pe_cache = meta.kv_caches[self.layer_idx]  # [slots, 1, latent], [slots, 1, rope]
         blocks = c_cache.shape[0] // meta.block_size
-        kv_cache = c_cache.view(blocks, meta.block_size, 1, self.latent)
-        kr_cache = pe_cache.view(blocks, meta.block_size, 1, self.rope)
+        # rows are `latent` / `rope` wide, 2 bytes more in an 8-bit cache (`kv_quant`)
+        kv_cache = c_cache.view(blocks, meta.block_size, 1, c_cache.shape[-1])
+        kr_cache = pe_cache.view(blocks, meta.block_size, 1, pe_cache.shape[-1])
         cos, sin = _cos_sin(position_embeddings)
         q, q_pe, _, _ = self._ops.mla_prolog(
             hidden_states[0],
@@ -187,7 +192,8 @@ class MLAAttention(nn.Module):
         Args:
             q: `[P, N, latent]` absorbed queries of the prefill tokens.
             q_pe: `[P, N, rope]`.
-            c_cache: `[slots, 1, latent]`; `pe_cache`: `[slots, 1, rope]`.
+            c_cache: `[slots, 1, latent]`; `pe_cache`: `[slots, 1, rope]` (2 more bytes a
+                row when 8-bit, dequantised by `gather_context`).
 
         Returns:
             `[P, N, latent]`, the attention-weighted `c_kv` per head.

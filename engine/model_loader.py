@@ -31,11 +31,14 @@ from engine.checkpoint_ref import SAFETENSORS_INDEX, CheckpointRef
 from engine.fused_layers import use_fused_layers
 from engine.json_file import read_json_object
 from engine.quantization import apply_quantization
+from engine.quantization.fp8_config import Fp8CheckpointConfig, checkpoint_quantization
+from engine.quantization.fp8_loader import apply_fp8_checkpoint, f4_key_mapping
 from engine.quantization.int8_head import INT8_MAX_ROWS, Int8CopyOutputHead
 from engine.quantization.weight_int4 import quantize_linears_int4
 from engine.spec_decode.mtp_model import load_mtp
 from engine.spec_decode.mtp_v4_weights import load_v4_mtp
 from npu_ops.cpu_kernels import INT4_INT8_GEMM, INT8_INT8_GEMM, Kernel, load, unavailable
+from npu_ops.platform import current_platform, is_ascend_950
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ def _check_config_json(ref: CheckpointRef) -> None:
     if expected is None and model_type not in REFUSED_MODEL_TYPES:
         raise ValueError(f"{ref.config_file}: model_type {model_type!r} has no causal-LM class")
     check_architecture(cfg, ref.config_file)
+    checkpoint_quantization(cfg, ref.config_file)  # an unsupported quant_method fails here
     archs = cfg.get("architectures") or [expected]
     if expected not in archs:
         raise ValueError(
@@ -116,9 +120,19 @@ def _unreadable_shard(ref: CheckpointRef) -> Path:
     return ref.directory
 
 
-def _check_loading_info(ref: CheckpointRef, info: dict[str, Any]) -> None:
-    """Every model tensor was in the checkpoint with the shape `config.json` implies."""
+def _check_loading_info(
+    ref: CheckpointRef, info: dict[str, Any], model: torch.nn.Module | None = None
+) -> None:
+    """Every model tensor was in the checkpoint with the shape `config.json` implies.
+
+    With `model` (an FP8 checkpoint's, its quantised layers replaced), a mismatch of a tensor
+    the model no longer has is the quantised one's (MXFP4 packs two values per byte) and passes,
+    as does a missing one (F4-stored codes, which transformers does not read: `f4_key_mapping`).
+    """
     mismatched = sorted(info.get("mismatched_keys") or [], key=lambda m: m[0])
+    if model is not None:
+        kept = {name for name, _ in model.named_parameters()}
+        mismatched = [m for m in mismatched if m[0] in kept]
     if mismatched:
         name, ckpt_shape, model_shape = mismatched[0]
         raise ValueError(
@@ -127,6 +141,8 @@ def _check_loading_info(ref: CheckpointRef, info: dict[str, Any]) -> None:
             "in all); the config does not describe these weights"
         )
     missing = sorted(info.get("missing_keys") or [])
+    if model is not None:
+        missing = [m for m in missing if m in kept]
     if missing:
         raise ValueError(
             f"{ref.directory}: tensor {missing[0]} is missing from the checkpoint "
@@ -169,6 +185,15 @@ def load_model(
     """
     _check_shards(ref)
     exact_first = weight_quantization == "int4" or output_quantization == "int8"
+    fp8 = (
+        None
+        if ref.from_gguf
+        else checkpoint_quantization(read_json_object(ref.config_file), ref.config_file)
+    )
+    kwargs: dict[str, Any] = dict(ref.kwargs())
+    if fp8 is not None:
+        kwargs["config"] = _fp8_skeleton_config(ref, fp8, mtp)
+        kwargs["key_mapping"] = f4_key_mapping(ref) or None
     try:
         # Mismatched shapes are collected (not raised as a multi-line report) and reported by
         # `_check_loading_info`, which never lets a re-initialised tensor through.
@@ -178,14 +203,18 @@ def load_model(
             attn_implementation=ATTENTION_NAME,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
-            **ref.kwargs(),
+            **kwargs,
         )
     except SafetensorError as exc:
         raise ValueError(f"{_unreadable_shard(ref)}: cannot read: {_one_line(exc)}") from exc
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         raise ValueError(f"{ref.directory}: cannot load weights: {_one_line(exc)}") from exc
     model, info = cast(tuple[torch.nn.Module, dict[str, Any]], loaded)
-    _check_loading_info(ref, info)
+    if fp8 is not None:
+        # codes + scales, not bf16 copies; Atlas A2/A3 (no FP8 matmul) convert them to W8A8
+        a2_a3 = current_platform().kind.value == "npu" and not is_ascend_950()
+        apply_fp8_checkpoint(model, ref, fp8, w8a8=a2_a3)
+    _check_loading_info(ref, info, model if fp8 is not None else None)
     if mtp:  # DeepSeek-V4's MTP layer is ours (transformers does not build it)
         v4 = model.config.model_type == "deepseek_v4"
         model.mtp = load_v4_mtp(model, ref.directory) if v4 else load_mtp(model)
@@ -218,6 +247,30 @@ def load_model(
     n_bytes = weight_bytes(model)
     logger.info("loaded %s: %.1f MiB of weights, %s", type(model).__name__, n_bytes / 2**20, dtype)
     return model
+
+
+def _fp8_skeleton_config(ref: CheckpointRef, fp8: Fp8CheckpointConfig, mtp: bool) -> Any:
+    """The model config without `quantization_config`, so that transformers builds float layers
+    and does not dequantise the FP8 weights itself (`engine.quantization.fp8_loader`).
+
+    Raises:
+        ValueError: `mtp` (the MTP layer of an FP8 checkpoint is not loaded quantised), or a
+            tensor-parallel process group (the FP8 modules are not sharded).
+    """
+    if mtp:
+        raise ValueError(
+            f"{ref.config_file}: speculative MTP is not supported for FP8 checkpoints "
+            f"(quant_method fp8, blocks {list(fp8.block_size)}); serve without `speculative`"
+        )
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise ValueError(
+            f"{ref.config_file}: FP8 checkpoints run with tensor_parallel_size 1 only; the FP8 "
+            "layers are not sharded"
+        )
+    config = load_config(ref)
+    del config.quantization_config
+    return config
 
 
 def _cpu_kernel(device: torch.device, kernel: Kernel) -> bool:

@@ -192,6 +192,24 @@ class ModelRunner:
         self.graphs_in_use = self.graphs_in_use | {size}
 
     @torch.inference_mode()
+    def execute_stage(
+        self, step: StepInput, inputs_embeds: torch.Tensor | None, last: bool
+    ) -> torch.Tensor:
+        """Run a pipeline stage's layers on the step (eager; `engine.parallel.stage_layers`).
+
+        Args:
+            inputs_embeds: `[T, hidden]` the previous stage's hidden states; None on the
+                first stage, which embeds `step.token_ids`.
+            last: the last stage, which applies the final norm and the output projection.
+
+        Returns:
+            `[len(step.rows), vocab_size]` float32 logits on the last stage, else the `[T,
+            hidden]` hidden states (the model's dtype) for the next stage.
+        """
+        hidden = self._hidden(step, self.decoder, None, None, inputs_embeds)
+        return self._logits(step, hidden) if last else hidden
+
+    @torch.inference_mode()
     def _forward(
         self, step: StepInput, graph: bool, previous: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,15 +218,34 @@ class ModelRunner:
             decoder, width = self.graph_decoder, self.graphs.max_blocks_per_seq
         else:
             decoder, width = self.decoder, None
+        hidden = self._hidden(step, decoder, width, previous, None)
+        return self._logits(step, hidden), hidden
+
+    def _hidden(
+        self,
+        step: StepInput,
+        decoder: torch.nn.Module,
+        width: int | None,
+        previous: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The decoder's `[T, hidden]` output: from the step's tokens, or from `inputs_embeds`
+        (a later pipeline stage)."""
         q_pos, ctx = self._metadata(step, width)
-        input_ids = torch.tensor(step.token_ids, device=self.device)[None]
-        extra = {} if previous is None else {"previous_hidden_states": previous}
+        extra: dict[str, torch.Tensor] = {}
+        if inputs_embeds is None:
+            extra["input_ids"] = torch.tensor(step.token_ids, device=self.device)[None]
+        else:
+            extra["inputs_embeds"] = inputs_embeds[None]
+        if previous is not None:
+            extra["previous_hidden_states"] = previous
         with forward_context(ctx):
-            hidden = decoder(
-                input_ids=input_ids,
-                position_ids=q_pos.to(self.device)[None],
-                use_cache=False,
-                **extra,
+            hidden: torch.Tensor = decoder(
+                position_ids=q_pos.to(self.device)[None], use_cache=False, **extra
             ).last_hidden_state[0]
+        return hidden
+
+    def _logits(self, step: StepInput, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits of `step.rows` from the final hidden states `[T, hidden]`."""
         rows = torch.tensor(step.rows, dtype=torch.long, device=self.device)
-        return self.lm_head(hidden[rows]).float(), hidden
+        return self.lm_head(hidden[rows]).float()

@@ -16,6 +16,10 @@ needs a block and none is free, the least urgent running sequence (the largest s
 lowest priority, newest among equals) is preempted: its blocks are freed and it goes back to the
 waiting queue at its place in the order, to be recomputed. A waiting sequence never preempts a
 running one, whatever its priority: it waits for blocks to free up.
+
+The two limits are the scheduler's `limits`, the configured ones unless `engine.slo` is set:
+then the engine's `SloController` lowers and raises them between steps (`set_limits`). A lowered
+`max_num_seqs` only stops admission; sequences already running go on until they finish.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence, SequenceStatus
+from engine.slo_controller import BatchLimits
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,9 @@ class Scheduler:
 
     Args:
         block_manager: KV block allocator.
-        max_num_seqs: running sequences at most.
-        max_num_batched_tokens: tokens per step at most (prefill chunks plus decodes).
+        max_num_seqs: running sequences at most (the ceiling of `limits.max_num_seqs`).
+        max_num_batched_tokens: tokens per step at most, prefill chunks plus decodes (the
+            ceiling of `limits.max_num_batched_tokens`).
         max_loras: distinct LoRA adapters in the running batch at most (None: LoRA off);
             a waiting sequence of a further adapter is passed over until one finishes.
     """
@@ -85,9 +91,19 @@ class Scheduler:
         self.max_loras = max_loras
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.limits = BatchLimits(max_num_seqs, max_num_batched_tokens)
         self.waiting: deque[Sequence] = deque()  # kept sorted by `Sequence.sort_key`
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+
+    def set_limits(self, limits: BatchLimits) -> None:
+        """Admit by `limits` from the next step on; each at least 1 and at most its configured
+        value (`AssertionError` otherwise: the controller keeps them there)."""
+        assert 1 <= limits.max_num_seqs <= self.max_num_seqs, f"{limits} over the configured"
+        assert 1 <= limits.max_num_batched_tokens <= self.max_num_batched_tokens, (
+            f"{limits} over the configured"
+        )
+        self.limits = limits
 
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence at its place in the waiting order."""
@@ -130,7 +146,7 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Build the next step's batch."""
-        budget = self.max_num_batched_tokens
+        budget = self.limits.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted = 0
         # Most urgent first, so preemption (which takes the last) spares the most urgent.
@@ -155,9 +171,8 @@ class Scheduler:
         # Freshly preempted work waits until the cache has room again.
         adapters = {s.lora_id for s in self.running if s.lora_id is not None}
         passed_over: list[Sequence] = []
-        while (
-            not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
-        ):
+        max_seqs = self.limits.max_num_seqs
+        while not preempted and self.waiting and budget > 0 and len(self.running) < max_seqs:
             seq = self.waiting[0]
             if seq.lora_id is not None and seq.lora_id not in adapters:
                 if self.max_loras is not None and len(adapters) >= self.max_loras:

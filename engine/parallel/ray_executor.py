@@ -1,10 +1,12 @@
-"""Runs steps on `tensor_parallel_size` rank actors placed in one Ray placement group.
+"""Runs steps on `tensor_parallel_size x pipeline_parallel_size` rank actors placed in one Ray
+placement group.
 
 Each rank asks Ray for one `NPU` (Ascend) or one `GPU` (CUDA), or `rank_num_cpus` of a CPU here,
 in one placement group (`engine.tensor_parallel_placement`; by default `STRICT_PACK`: one node,
 so the group's collectives stay local). The ranks meet at rank 0's node IP as Ray reports it
 (`engine.parallel.worker.rendezvous_host`). The engine (scheduler) sends every rank the same
-`StepInput`; rank 0 returns the `StepResult`.
+`StepInput`; rank 0 returns the `StepResult`, or under pipeline parallel the last stage's first
+rank (ranks are stage-major: `engine.parallel.worker`).
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ def rank_bundle(rank_num_cpus: float) -> dict[str, float]:
 
 
 class RayExecutor:
-    """Tensor/expert-parallel executor.
+    """Tensor/expert/pipeline-parallel executor.
 
     Args:
         checkpoint: checkpoint path.
-        world: tensor parallel size (ranks).
+        world: tensor parallel size (ranks per pipeline stage).
         expert_parallel: split routed experts across ranks.
         spec: per-rank KV geometry.
         block_size: tokens per block.
@@ -53,10 +55,13 @@ class RayExecutor:
         lora: wrap every rank's linears for LoRA adapters (sharded like their base layers).
         strategy: the placement group's strategy (`STRICT_PACK`, `PACK`, `SPREAD`,
             `STRICT_SPREAD`).
+        pipeline_stages: pipeline parallel size: `world * pipeline_stages` ranks in all.
+        layer_partition: decoder layers per stage (None: an even split).
 
     Raises:
         RuntimeError: the placement group was not placed in time (names the resources asked
             for and what the cluster has), or a rank failed to start.
+        ValueError: a layer partition that does not fit the model.
     """
 
     def __init__(
@@ -72,7 +77,14 @@ class RayExecutor:
         graphs: DecodeGraphSpec | None = None,
         lora: bool = False,
         strategy: str = "STRICT_PACK",
+        pipeline_stages: int = 1,
+        layer_partition: list[int] | None = None,
     ) -> None:
+        self.tp = tp = world
+        self.stages = pipeline_stages
+        world = tp * pipeline_stages
+        self.answering_rank = (pipeline_stages - 1) * tp
+        """The rank whose `execute` returns the step's result: the last stage's first."""
         bundle = rank_bundle(rank_num_cpus)
         self.pg = placement_group([bundle] * world, strategy=strategy)
         self._graphs_in_use: frozenset[int] = frozenset()
@@ -80,7 +92,7 @@ class RayExecutor:
         if not ready:
             remove_placement_group(self.pg)
             raise RuntimeError(
-                f"tensor_parallel_size={world} needs {world} x {bundle} ({strategy}), but Ray "
+                f"{_layout(tp, pipeline_stages)} needs {world} x {bundle} ({strategy}), but Ray "
                 f"could not place them within {placement_timeout_s:.0f}s (cluster resources: "
                 f"{ray.cluster_resources()}, available: {ray.available_resources()})"
             )
@@ -94,7 +106,7 @@ class RayExecutor:
                 resources=resources,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, rank),
             )
-            .remote(rank, world, threads)
+            .remote(rank, world, threads, tp)
             for rank in range(world)
         ]
         try:
@@ -104,19 +116,35 @@ class RayExecutor:
             joins = [w.join.remote(host, port) for w in self.workers]
             ray.get(joins, timeout=placement_timeout_s)
             loads = [
-                w.load.remote(checkpoint, spec, block_size, dtype, expert_parallel, graphs, lora)
+                w.load.remote(
+                    checkpoint,
+                    spec,
+                    block_size,
+                    dtype,
+                    expert_parallel,
+                    graphs,
+                    lora,
+                    layer_partition,
+                )
                 for w in self.workers
             ]
             ray.get(loads, timeout=placement_timeout_s)
         except Exception:
             self.shutdown()
             raise
-        logger.info("tensor parallel: %d ranks of %s each", world, bundle)
+        logger.info("%s: %d ranks of %s each", _layout(tp, pipeline_stages), world, bundle)
 
     def profile(self, num_tokens: int) -> MemoryProfile:
         """See `Executor.profile`: the rank with the least room left decides."""
+        return min(self.stage_profiles(num_tokens), key=_room)
+
+    def stage_profiles(self, num_tokens: int) -> list[MemoryProfile]:
+        """`profile` per pipeline stage, first stage first: each the stage's tightest rank (a
+        stage holds KV for its own layers only, so each stage is sized apart)."""
         profiles = ray.get([w.profile.remote(num_tokens) for w in self.workers])
-        return min(profiles, key=lambda p: p.total - p.weights - p.peak_activations)
+        return [
+            min(profiles[s * self.tp : (s + 1) * self.tp], key=_room) for s in range(self.stages)
+        ]
 
     def allocate_kv(self, num_blocks: int) -> None:
         """See `Executor.allocate_kv`."""
@@ -147,8 +175,11 @@ class RayExecutor:
         except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError) as exc:
             rank = next((r for r, ref in enumerate(refs) if _failed(ref)), None)
             who = "a rank" if rank is None else f"rank {rank}"
+            if rank is not None and self.stages > 1:
+                who += f" (pipeline stage {rank // self.tp})"
             raise ExecutorDead(f"tensor-parallel {who} of {len(refs)} died: {exc}") from exc
-        return outs[0]
+        result: StepResult = outs[self.answering_rank]
+        return result
 
     def lora_targets(self) -> dict[str, tuple[int, int]]:
         """See `Executor.lora_targets` (rank 0's answer; every rank has the same)."""
@@ -175,6 +206,16 @@ class RayExecutor:
             for w in self.workers:
                 ray.kill(w)
             remove_placement_group(self.pg)
+
+
+def _layout(tp: int, pp: int) -> str:
+    """The ranks' layout in the config's words."""
+    return f"tensor_parallel_size={tp}" + ("" if pp == 1 else f" x pipeline_parallel_size={pp}")
+
+
+def _room(profile: MemoryProfile) -> int:
+    """Bytes a rank has left for its KV cache before the utilisation cap."""
+    return profile.total - profile.weights - profile.peak_activations
 
 
 def _failed(ref: ray.ObjectRef) -> bool:

@@ -35,6 +35,17 @@ def _frozen(t: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(t, requires_grad=False)
 
 
+def gated_activation(gate_up: torch.Tensor, act_fn: nn.Module, limit: float | None) -> torch.Tensor:
+    """`act_fn(gate) * up` of `[T, 2I]` gate-then-up rows -> `[T, I]`, both halves clamped first
+    where the model clamps them (gate `<= limit`, up in `[-limit, limit]`: DeepSeek-V4's
+    `swiglu_limit`, transformers' `DeepseekV4Experts._apply_gate`)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    if limit is not None:
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+    return act_fn(gate) * up
+
+
 class W8A8DynamicExperts(nn.Module):
     """Routed experts with int8 weights and per-token int8 activations.
 
@@ -70,11 +81,7 @@ class W8A8DynamicExperts(nn.Module):
         self._ops = active_ops()
 
     def _gate(self, gate_up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate_up.chunk(2, dim=-1)
-        if self.limit is not None:
-            gate = gate.clamp(max=self.limit)
-            up = up.clamp(min=-self.limit, max=self.limit)
-        return self.act_fn(gate) * up
+        return gated_activation(gate_up, self.act_fn, self.limit)
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor

@@ -98,7 +98,7 @@ MTP_PREFIX = "mtp."
 """DeepSeek-V4's naming of its multi-token-prediction layer's tensors (`mtp.0.*`)."""
 
 
-def _unloaded(name: str, model: nn.Module) -> bool:
+def unloaded_mtp(name: str, model: nn.Module) -> bool:
     """A tensor of an MTP layer the model was loaded without (transformers ignores `mtp.*`)."""
     return name.startswith(MTP_PREFIX) and not hasattr(model, "mtp")
 
@@ -112,7 +112,7 @@ def _check_all_placed(
     leaving a model that computes something other than the quantised one.
     """
     for name, qtype in desc.tensor_types.items():
-        if name in owned or ".kv_cache_" in name or _unloaded(name, model):
+        if name in owned or ".kv_cache_" in name or unloaded_mtp(name, model):
             continue
         if names.resolve(name) is None:
             raise ValueError(
@@ -168,7 +168,7 @@ def apply_quantization(model: nn.Module, ref: CheckpointRef) -> int:
     for layer, qtype in desc.quantised_layers().items():
         target = names.resolve(f"{layer}.weight")
         if target is None:
-            if _unloaded(layer, model):
+            if unloaded_mtp(layer, model):
                 continue
             if layer.startswith(MTP_PREFIX) and not names.claimed(layer):
                 raise ValueError(

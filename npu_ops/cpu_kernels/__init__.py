@@ -9,6 +9,9 @@
   per-channel int8 weights times Q8_0-quantised activations on the same integer dot products
   (SmolLM2's 49,152 x 576 head at batch 1: ~0.6 ms against 3.6 ms for torch's
   `_weight_int8pack_mm`, one thread).
+- `block_dequantize.cpp` registers `torch.ops.ascend_router.block_dequantize`: block-scaled FP8
+  / MXFP4 codes to floats through a 256-entry table (`npu_ops.ops.cpu_quant`, the `cpu`
+  implementation of `fp8_block_matmul` / `mxfp4_matmul`); plain C++, no CPU flags needed.
 - `paged_decode_attention.cpp` registers `torch.ops.ascend_router.paged_decode_attention`, the
   `cpu` implementation of the registry op of that name: it reads K/V in place through the
   block table instead of gathering every sequence's context into a new tensor per layer.
@@ -68,7 +71,8 @@ _VNNI_FLAGS = (*_BASE_FLAGS, "avx512_vnni")
 INT4_INT8_GEMM = Kernel("int4_int8_gemm", _VNNI_FLAGS)
 INT8_INT8_GEMM = Kernel("int8_int8_gemm", _VNNI_FLAGS)
 PAGED_DECODE_ATTENTION = Kernel("paged_decode_attention", _BASE_FLAGS)
-KERNELS = (INT4_INT8_GEMM, INT8_INT8_GEMM, PAGED_DECODE_ATTENTION)
+BLOCK_DEQUANTIZE = Kernel("block_dequantize", ())
+KERNELS = (INT4_INT8_GEMM, INT8_INT8_GEMM, PAGED_DECODE_ATTENTION, BLOCK_DEQUANTIZE)
 """Every kernel: `python -m npu_ops.cpu_kernels` (run by setup.sh) compiles those this host can
 run, so a first `serve run` does not wait for them."""
 
@@ -132,15 +136,30 @@ def _paged_decode_attention_fake(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+    packed = 2 if v_cache.dtype == torch.int8 else 0  # an int8 cache row ends in its scale
+    return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1] - packed)
+
+
+def _block_dequantize_fake(
+    codes: torch.Tensor,
+    lut: torch.Tensor,
+    scale: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    row_start: int,
+    out: torch.Tensor,
+) -> None:
+    return None
 
 
 _FAKES = {
+    "block_dequantize": _block_dequantize_fake,
     "int4_int8_gemm": _packed_gemm_fake,
     "int8_int8_gemm": _packed_gemm_fake,
     "paged_decode_attention": _paged_decode_attention_fake,
 }
-"""Per operator, its output's shape and dtype (float32, as the C++ code returns)."""
+"""Per operator, its output's shape and dtype (float32, as the C++ code returns; none where the
+operator writes into its `out` argument)."""
 
 
 def int4_int8_gemm(

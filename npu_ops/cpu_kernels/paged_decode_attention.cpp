@@ -2,7 +2,10 @@
 // its cached context, read in place through the block table (no gathered copy of the context).
 //
 // q: float32 [B, Nq, Dk]; k_cache: [num_blocks, block_size, Nkv, Dk] and v_cache:
-// [num_blocks, block_size, Nkv, Dv], both float32 or bfloat16; block_tables: int32 [B, max_blocks];
+// [num_blocks, block_size, Nkv, Dv], both float32 or bfloat16, or both int8 with rows of
+// Dk + 2 / Dv + 2 bytes: the codes, then the row's float16 scale (the packed 8-bit cache of
+// npu_ops/ops/kv_quant.py; q . k = scale * (q . codes), and p v = (p * scale) codes);
+// block_tables: int32 [B, max_blocks];
 // seq_lens: int32 [B] (context length, new token included); out: float32 [B, Nq, Dv].
 // Query head h reads KV head h / (Nq / Nkv) (grouped-query attention, transformers' repeat_kv).
 // out = softmax(scale * q . K^T) V, scores and sums in float32 (the semantics of
@@ -15,8 +18,12 @@
 
 #include "gil.h"
 
+#include <c10/util/Half.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -30,6 +37,28 @@ inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m
 inline __m512 load(const at::BFloat16* p, __mmask16 m) {
   const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+inline __m512 load(const int8_t* p, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
+// Elements after a row's codes: an int8 cache's float16 scale (2 bytes), none in a float cache.
+template <typename T>
+constexpr int64_t scale_width() {
+  return std::is_same_v<T, int8_t> ? 2 : 0;
+}
+
+// The factor of a row's loaded values: 1 in a float cache, the stored scale in an int8 one.
+template <typename T>
+inline float row_scale(const T*, int64_t) {
+  return 1.f;
+}
+
+inline float row_scale(const int8_t* row, int64_t width) {
+  uint16_t bits;
+  std::memcpy(&bits, row + width, sizeof(bits));
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
 // exp(x) for x <= 0 (scores minus their maximum): 2^(x log2 e) as 2^n * 2^f with a degree-6
@@ -55,12 +84,13 @@ template <typename T>
 void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
             int64_t block_size, int64_t nkv, int64_t group, int64_t dk, int64_t dv, float scale,
             float* out, std::vector<float>& scores, std::vector<float>& acc) {
-  const int64_t nq = nkv * group;
+  const int64_t nq = nkv * group, k_row = dk + scale_width<T>(), v_row = dv + scale_width<T>();
   scores.assign(nq * len, 0.f);
   for (int64_t t = 0; t < len; ++t) {
     const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
     for (int64_t h = 0; h < nkv; ++h) {
-      const T* k = k_cache + (slot * nkv + h) * dk;
+      const T* k = k_cache + (slot * nkv + h) * k_row;
+      const float k_scale = row_scale(k, dk) * scale;
       for (int64_t g = 0; g < group; ++g) {
         const int64_t head = h * group + g;
         const float* qh = q + head * dk;
@@ -69,7 +99,7 @@ void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* t
           const __mmask16 m = tail_mask(dk - c);
           sum = _mm512_fmadd_ps(load(qh + c, m), load(k + c, m), sum);
         }
-        scores[head * len + t] = _mm512_reduce_add_ps(sum) * scale;
+        scores[head * len + t] = _mm512_reduce_add_ps(sum) * k_scale;
       }
     }
   }
@@ -94,14 +124,15 @@ void attend(const float* q, const T* k_cache, const T* v_cache, const int32_t* t
   for (int64_t t = 0; t < len; ++t) {
     const int64_t slot = static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
     for (int64_t h = 0; h < nkv; ++h) {
-      const T* v = v_cache + (slot * nkv + h) * dv;
+      const T* v = v_cache + (slot * nkv + h) * v_row;
+      const float v_scale = row_scale(v, dv);
       for (int64_t c = 0; c < dv; c += 16) {
         const __mmask16 m = tail_mask(dv - c);
         const __m512 vv = load(v + c, m);
         for (int64_t g = 0; g < group; ++g) {
           const int64_t head = h * group + g;
           float* a = acc.data() + head * dv + c;
-          const __m512 p = _mm512_set1_ps(scores[head * len + t]);
+          const __m512 p = _mm512_set1_ps(scores[head * len + t] * v_scale);
           _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(p, vv, _mm512_maskz_loadu_ps(m, a)));
         }
       }
@@ -121,7 +152,7 @@ template <typename T>
 void run(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& vc,
          const torch::Tensor& tables, const torch::Tensor& lens, float scale, torch::Tensor& out) {
   const int64_t batch = q.size(0), nq = q.size(1), dk = q.size(2);
-  const int64_t block_size = kc.size(1), nkv = kc.size(2), dv = vc.size(3);
+  const int64_t block_size = kc.size(1), nkv = kc.size(2), dv = vc.size(3) - scale_width<T>();
   const int64_t group = nq / nkv, max_blocks = tables.size(1);
   const float* qp = q.data_ptr<float>();
   const T* kp = kc.data_ptr<T>();
@@ -145,16 +176,20 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat32 && q.is_contiguous());
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.is_contiguous() &&
               v_cache.is_contiguous() && k_cache.scalar_type() == v_cache.scalar_type());
-  TORCH_CHECK(k_cache.size(3) == q.size(2) && q.size(1) % k_cache.size(2) == 0);
+  const int64_t packed = k_cache.scalar_type() == torch::kChar ? 2 : 0;  // int8: scale bytes
+  TORCH_CHECK(k_cache.size(3) == q.size(2) + packed && q.size(1) % k_cache.size(2) == 0);
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt32 && block_tables.is_contiguous() &&
               block_tables.size(0) == q.size(0));
   TORCH_CHECK(seq_lens.scalar_type() == torch::kInt32 && seq_lens.numel() == q.size(0));
-  auto out = torch::empty({q.size(0), q.size(1), v_cache.size(3)}, q.options());
+  auto out = torch::empty({q.size(0), q.size(1), v_cache.size(3) - packed}, q.options());
   const MaybeReleaseGil no_gil;
   if (k_cache.scalar_type() == torch::kBFloat16) {
     run<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
+  } else if (packed) {
+    run<int8_t>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
   } else {
-    TORCH_CHECK(k_cache.scalar_type() == torch::kFloat32, "cache must be float32 or bfloat16");
+    TORCH_CHECK(k_cache.scalar_type() == torch::kFloat32,
+                "cache must be float32, bfloat16 or packed int8");
     run<float>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
   }
   return out;

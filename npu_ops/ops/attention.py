@@ -15,11 +15,17 @@ reads K/V head `h // (Nq / Nkv)`). The layouts are the ones the Ascend kernels t
   sequence's context length, an int32 `[B]` tensor on the host (the engine builds it on the
   host; Ascend's `actual_seq_lengths` takes it as a list, CPU's kernel as the tensor, and a
   tensor keeps a captured decode graph free of per-step constants).
+
+Decode also takes 8-bit caches (`engine.kv_cache_dtype` int8 / fp8_e4m3): K and V packed with a
+per-token-per-head scale, `[num_blocks, block_size, Nkv, D + 2]` (`npu_ops.ops.kv_quant`); every
+implementation dequantises the blocks the step reads first (`kv_quant.dequantize_blocks`).
 """
 
 from __future__ import annotations
 
 import torch
+
+from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 
 
 def check_lens(q_lens: list[int], kv_lens: list[int], t_q: int, t_kv: int) -> None:
@@ -151,8 +157,9 @@ def paged_decode_attention(
 
     Args:
         query: `[B, Nq, D]`, the new token of each sequence.
-        key_cache: `[num_blocks, block_size, Nkv, D]`, already holding the new tokens' keys.
-        value_cache: `[num_blocks, block_size, Nkv, Dv]`.
+        key_cache: `[num_blocks, block_size, Nkv, D]`, already holding the new tokens' keys;
+            or an 8-bit cache `[..., D + 2]` (`npu_ops.ops.kv_quant`).
+        value_cache: `[num_blocks, block_size, Nkv, Dv]` (`[..., Dv + 2]` when 8-bit).
         block_table: int32 `[B, max_blocks]`; row `b` lists sequence `b`'s blocks in order.
         seq_lens: int32 `[B]` on the host, each sequence's context length in tokens, new
             token included.
@@ -165,6 +172,10 @@ def paged_decode_attention(
         ValueError: inconsistent block table or lengths (see `check_paged_inputs`).
     """
     check_paged_inputs(query, key_cache, block_table, seq_lens)
+    if is_quantized(key_cache):
+        (key_cache, value_cache), block_table = dequantize_blocks(
+            (key_cache, value_cache), block_table, query.dtype
+        )
     outs = []
     for b, seq_len in enumerate(seq_lens.tolist()):
         k = gather_context(key_cache, block_table, b, seq_len)

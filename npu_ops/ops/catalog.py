@@ -14,6 +14,8 @@
 | moe_combine | `moe_routing.moe_combine` | `npu_moe_finalize_routing` | — |
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
+| fp8_block_matmul | `quant.fp8_block_matmul` | `npu_quant_matmul` (G-B)***** | `_scaled_mm` (cuda)****** |
+| mxfp4_matmul | `quant.mxfp4_matmul` | `npu_quant_matmul` (MX)***** | — |
 | grouped_lora | `lora.grouped_lora` | the reference** | — |
 | mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
 | mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
@@ -32,6 +34,13 @@ heads over the engine's paged entries (one query per kernel batch), the attentio
 K=V with its sinks folded into the kernel's rope slices (A2/A3 take no `sinks`), other shapes on
 the reference; no torch_npu op pools windows (vLLM-Ascend's fused `Compressor` is a custom op of
 its own, not for Atlas A2), so `kv_compress` is registered as `npu` as it is.
+***** Ascend 950 only (`npu_ops.platform.is_ascend_950`; `npu_ops.ops.npu.fp8`): FP8 x FP8 in
+G-B mode for 128 x 128 weight blocks, MXFP8 x MXFP4 in MX mode, activations quantised per call;
+other shapes and other NPUs run the reference. Atlas A2/A3 (910B) have no FP8/FP4 matmul: there the
+loader converts FP8/MXFP4 checkpoints to W8A8_DYNAMIC at load (`engine.quantization.fp8_loader`).
+On cpu both ops run our table-lookup dequantisation kernel (`npu_ops.ops.cpu_quant`, implementation
+`cpu`, where it builds). ****** `npu_ops.ops.cuda_fp8`: rowwise-scaled `torch._scaled_mm` where
+torch and the GPU support it, else the reference.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -46,11 +55,13 @@ path"); `engine.fused_layers` is where the model's modules call them.
 
 from __future__ import annotations
 
-from npu_ops.cpu_kernels import PAGED_DECODE_ATTENTION, unavailable
+from npu_ops.cpu_kernels import BLOCK_DEQUANTIZE, PAGED_DECODE_ATTENTION, unavailable
 from npu_ops.ops import (
     activation,
     attention,
     cpu_attention,
+    cpu_quant,
+    cuda_fp8,
     lora,
     mla,
     moe_gating,
@@ -62,6 +73,7 @@ from npu_ops.ops import (
 )
 from npu_ops.ops.npu import attention as npu_attention
 from npu_ops.ops.npu import elementwise as npu_elementwise
+from npu_ops.ops.npu import fp8 as npu_fp8
 from npu_ops.ops.npu import mla as npu_mla
 from npu_ops.ops.npu import moe as npu_moe
 from npu_ops.ops.npu import quant as npu_quant
@@ -92,6 +104,8 @@ def build_registry() -> OpRegistry:
     reg.define("moe_combine", moe_routing.moe_combine, "weighted un-sort of expert outputs")
     reg.define("dynamic_quant", quant.dynamic_quant, "per-token int8 quantisation")
     reg.define("quant_matmul", quant.quant_matmul, "W8A8 matmul with dequant")
+    reg.define("fp8_block_matmul", quant.fp8_block_matmul, "block-scaled FP8 weight-only matmul")
+    reg.define("mxfp4_matmul", quant.mxfp4_matmul, "MXFP4 weight-only matmul")
     reg.define("grouped_lora", lora.grouped_lora, "LoRA updates of rows by their adapter")
     reg.define("mla_prolog", mla.mla_prolog, "MLA projections, absorbed query, latent cache write")
     reg.define(
@@ -121,6 +135,8 @@ def build_registry() -> OpRegistry:
     reg.register("moe_combine", "npu", npu_moe.moe_combine, NPU)
     reg.register("dynamic_quant", "npu", npu_quant.dynamic_quant, NPU)
     reg.register("quant_matmul", "npu", npu_quant.quant_matmul, NPU)
+    reg.register("fp8_block_matmul", "npu", npu_fp8.fp8_block_matmul, NPU)
+    reg.register("mxfp4_matmul", "npu", npu_fp8.mxfp4_matmul, NPU)
     reg.register("grouped_lora", "npu", lora.grouped_lora, NPU)
     reg.register("mla_prolog", "npu", npu_mla.mla_prolog, NPU)
     reg.register("mla_decode_attention", "npu", npu_mla.mla_decode_attention, NPU)
@@ -128,6 +144,7 @@ def build_registry() -> OpRegistry:
     reg.register("lightning_indexer", "npu", npu_sparse.lightning_indexer, NPU)
     reg.register("sparse_shared_kv_attention", "npu", npu_sparse.sparse_shared_kv_attention, NPU)
 
+    reg.register("fp8_block_matmul", "cuda", cuda_fp8.fp8_block_matmul, CUDA)
     reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
     reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)
     reg.register("prefill_attention", "torch", torch_native.prefill_attention, CUDA, portable=True)
@@ -138,6 +155,9 @@ def build_registry() -> OpRegistry:
         CUDA,
         portable=True,
     )
+    if unavailable(BLOCK_DEQUANTIZE) is None:
+        reg.register("fp8_block_matmul", "cpu", cpu_quant.fp8_block_matmul, ("cpu",))
+        reg.register("mxfp4_matmul", "cpu", cpu_quant.mxfp4_matmul, ("cpu",))
     if unavailable(PAGED_DECODE_ATTENTION) is None:
         reg.register(
             "paged_decode_attention", "cpu", cpu_attention.paged_decode_attention, ("cpu",)

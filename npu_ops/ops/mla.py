@@ -28,6 +28,11 @@ rotates plain halves (transformers' DeepSeek-V3 with `rope_interleave: false`).
 Decode attention is one query token per sequence against its cached latent: scores
 `(q . c_kv + q_pe . k_pe) * scale`, softmax over the context, output `sum p c_kv`
 (`[B, N, Hckv]`, still in the latent space; the caller applies each head's `W_uv` and `o_proj`).
+
+Both take 8-bit latent caches too (`engine.kv_cache_dtype` int8 / fp8_e4m3, `npu_ops.ops.kv_quant`):
+`c_kv` and `k_pe` each packed with one float16 scale per token, `[BlockNum, BlockSize, 1,
+Hckv + 2]` and `[..., Dr + 2]`; the prolog quantises what it writes, decode dequantises what
+it reads.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 
 from npu_ops.ops.activation import rotate
 from npu_ops.ops.attention import check_paged_inputs
+from npu_ops.ops.kv_quant import dequantize_kv, is_quantized, write_cache
 from npu_ops.ops.norm import rms_norm
 
 
@@ -95,8 +101,10 @@ def mla_prolog(
         rope_sin: `[T, Dr]` (see `mla_rope`).
         rope_cos: `[T, Dr]`.
         cache_index: `[T]` int64, each token's cache slot (`block * BlockSize + offset`).
-        kv_cache: `[BlockNum, BlockSize, 1, Hckv]`, contiguous; `c_kv` written in place.
-        kr_cache: `[BlockNum, BlockSize, 1, Dr]`, contiguous; `k_pe` written in place.
+        kv_cache: `[BlockNum, BlockSize, 1, Hckv]`, contiguous; `c_kv` written in place (8-bit
+            caches `[..., Hckv + 2]`, quantised on the way in).
+        kr_cache: `[BlockNum, BlockSize, 1, Dr]`, contiguous; `k_pe` written in place (8-bit:
+            `[..., Dr + 2]`).
         rmsnorm_epsilon_cq: epsilon of the `c_q` RMSNorm.
         rmsnorm_epsilon_ckv: epsilon of the `c_kv` RMSNorm.
         rope_interleaved: see `mla_rope`.
@@ -130,8 +138,8 @@ def mla_prolog(
     kv = token_x @ weight_dkv_kr
     c_kv = rms_norm(kv[:, :latent], rmsnorm_gamma_ckv, rmsnorm_epsilon_ckv)
     k_pe = mla_rope(kv[:, None, latent:], rope_cos, rope_sin, rope_interleaved)
-    kv_cache.view(-1, 1, latent).index_copy_(0, cache_index, c_kv[:, None].to(kv_cache.dtype))
-    kr_cache.view(-1, 1, rope).index_copy_(0, cache_index, k_pe.to(kr_cache.dtype))
+    write_cache(kv_cache.view(-1, 1, kv_cache.shape[-1]), cache_index, c_kv[:, None])
+    write_cache(kr_cache.view(-1, 1, kr_cache.shape[-1]), cache_index, k_pe)
     return query, query_rope, kv_cache, kr_cache
 
 
@@ -149,8 +157,9 @@ def mla_decode_attention(
     Args:
         query: `[B, N, Hckv]`, the absorbed queries (`mla_prolog`'s `query`).
         query_rope: `[B, N, Dr]`.
-        kv_cache: `[BlockNum, BlockSize, 1, Hckv]`, already holding the new tokens' `c_kv`.
-        kr_cache: `[BlockNum, BlockSize, 1, Dr]`, their `k_pe`.
+        kv_cache: `[BlockNum, BlockSize, 1, Hckv]`, already holding the new tokens' `c_kv`
+            (8-bit: `[..., Hckv + 2]`, see the module docstring).
+        kr_cache: `[BlockNum, BlockSize, 1, Dr]`, their `k_pe` (8-bit: `[..., Dr + 2]`).
         block_table: int32 `[B, max_blocks]`; row `b` lists sequence `b`'s blocks in order.
         seq_lens: int32 `[B]` on the host, each context length in tokens, new token included.
         scale: softmax scale: `(D + Dr) ** -0.5`, times yarn's `mscale ** 2` where the rotary
@@ -171,8 +180,8 @@ def mla_decode_attention(
     if not torch.compiler.is_compiling():
         check_paged_inputs(query, kv_cache, block_table, seq_lens)
     blocks = block_table.long()
-    c_kv = kv_cache[blocks].flatten(1, 3).float()  # [B, S, Hckv]
-    k_pe = kr_cache[blocks].flatten(1, 3).float()  # [B, S, Dr]
+    c_kv = _read(kv_cache[blocks].flatten(1, 2))  # [B, S, Hckv]
+    k_pe = _read(kr_cache[blocks].flatten(1, 2))  # [B, S, Dr]
     scores = torch.einsum("bnl,bsl->bns", query.float(), c_kv)
     scores += torch.einsum("bnr,bsr->bns", query_rope.float(), k_pe)
     scores *= scale
@@ -180,3 +189,9 @@ def mla_decode_attention(
     beyond = position[None, None, :] >= seq_lens.to(query.device)[:, None, None]
     probs = scores.masked_fill(beyond, float("-inf")).softmax(dim=-1)
     return torch.einsum("bns,bsl->bnl", probs, c_kv).to(query.dtype)
+
+
+def _read(rows: torch.Tensor) -> torch.Tensor:
+    """`[B, S, 1, W]` cached rows as float32 `[B, S, W']`, dequantised when 8-bit."""
+    values = dequantize_kv(rows, torch.float32) if is_quantized(rows) else rows.float()
+    return values.flatten(2)

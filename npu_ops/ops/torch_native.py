@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from npu_ops.ops.attention import check_lens, check_paged_inputs, gather_context
+from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -84,6 +85,10 @@ def paged_decode_attention(
     See `npu_ops.ops.attention.paged_decode_attention` for shapes.
     """
     check_paged_inputs(query, key_cache, block_table, seq_lens)
+    if is_quantized(key_cache):  # 8-bit cache: dequantise the blocks read (`kv_quant`)
+        (key_cache, value_cache), block_table = dequantize_blocks(
+            (key_cache, value_cache), block_table, query.dtype
+        )
     lens = seq_lens.tolist()
     batch, max_len = len(lens), max(lens)
     nkv, dk, dv = key_cache.shape[2], key_cache.shape[3], value_cache.shape[3]

@@ -118,6 +118,17 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             torch.rand(t, generator=g) * 1e-2,
             half,
         ),
+        "fp8_block_matmul": lambda: (
+            _randn(g, t, h, dtype=dt),
+            _randn(g, h, h, dtype=torch.float32).to(torch.float8_e4m3fn),
+            torch.rand(-(-h // 128), -(-h // 128), generator=g) * 1e-2,
+            (128, 128),
+        ),
+        "mxfp4_matmul": lambda: (
+            _randn(g, t, h, dtype=dt),
+            torch.randint(0, 256, (h, h // 2), generator=g, dtype=torch.uint8),
+            torch.full((h, -(-h // 32)), 2.0**-6).to(torch.float8_e8m0fnu),
+        ),
         "grouped_lora": lambda: _lora_case(g, s),
         "mla_prolog": lambda: _mla_prolog_case(g, s),
         "mla_decode_attention": lambda: _mla_decode_case(g, s),

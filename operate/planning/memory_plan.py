@@ -14,6 +14,13 @@ Per rank (one NPU; a replica has `tensor_parallel_size` ranks):
   compressed entries and indexer keys (`HybridKVSpec.bytes_per_token`, 6,880 B at V4-Flash's
   shape in bfloat16), the same on every rank; a speculative drafting model's cache
   (`engine.spec_decode.draft_kv`) adds its bytes to every block, as in the engine;
+  with `engine.kv_cache_dtype` int8 / fp8_e4m3 each K/V row is `head_dim` one-byte codes plus a
+  2-byte scale (`KVCacheSpec.storage`), `(head_dim + 2) / (2 × head_dim)` of bfloat16's bytes;
+- with `engine.pipeline_parallel_size` > 1 a rank holds one stage's layers
+  (`engine.parallel.stage_layers.stage_layer_ranges`): its weights are taken as that share of
+  its tensor-parallel share (embedding and output projection spread with the layers, an
+  estimate), and its KV bytes are those of its layers; the stage with the most layers decides,
+  as the engine's block count is the fewest any stage holds;
 - KV budget = `device_memory × gpu_memory_utilization − weights − ACTIVATION_RESERVE_BYTES`,
   computed by the engine's own function (`engine.kv_budget.kv_budget`) with the profiled peak
   activations replaced by a fixed reserve and a `draft` model's weights added to the target's;
@@ -49,6 +56,8 @@ from configs.model_config import ModelDeploymentConfig
 from engine.checkpoint_ref import CheckpointRef
 from engine.deepseek_v4.cache import HybridKVSpec
 from engine.kv_budget import MemoryProfile, kv_budget
+from engine.kv_cache import KVCacheSpec
+from engine.parallel.stage_layers import stage_layer_ranges
 from operate.planning.model_facts import ModelFacts, count_parameters, plan_dtype
 
 __all__ = ["CONTEXTS", "DeploymentPlan", "gib", "plan_deployment", "plan_dtype"]
@@ -108,6 +117,8 @@ class DeploymentPlan:
         draft_weights: bytes of a `draft` model's weights on its rank; 0 without one.
         cpu: planned for a CPU replica (`card="cpu"`): `device_memory` is the KV budget
             `engine.kv_cache_memory_bytes`.
+        pipeline_stage_layers: decoder layers per pipeline stage; empty without pipeline
+            parallel. The per-rank figures are then those of the stage with the most layers.
     """
 
     model_id: str
@@ -135,6 +146,7 @@ class DeploymentPlan:
     kv_geometry: str = ""
     draft_weights: int = 0
     cpu: bool = False
+    pipeline_stage_layers: tuple[int, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -227,6 +239,17 @@ def plan_deployment(
         weights_total = facts.num_parameters * elem
         weights_rank = -(-weights_total // tp)
     spec, draft = facts.kv_specs(dtype, tp, eng)
+    if isinstance(spec, KVCacheSpec):  # a `shape`-only model's spec gets the cache dtype too
+        spec = replace(spec, kv_cache_dtype=eng.kv_cache_dtype)
+    stage_layers: tuple[int, ...] = ()
+    if eng.pipeline_parallel_size > 1 and isinstance(spec, KVCacheSpec):
+        ranges = stage_layer_ranges(
+            facts.num_layers, eng.pipeline_parallel_size, eng.pipeline_layer_partition
+        )
+        stage_layers = tuple(len(r) for r in ranges)
+        # the widest stage decides, as in the engine (`engine.kv_budget.pipeline_kv_blocks`)
+        weights_rank = -(-weights_rank * max(stage_layers) // facts.num_layers)
+        spec = replace(spec, num_layers=max(stage_layers))
     draft_weights = draft_weight_bytes(model, dtype)
     profile = None
     if card != CPU:
@@ -267,6 +290,7 @@ def plan_deployment(
         geometry,
         draft_weights,
         card == CPU,
+        stage_layers,
     )
     seqs = plan.seqs_at(facts.max_model_len)
     problems: list[str] = []

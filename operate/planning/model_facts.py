@@ -36,7 +36,7 @@ from engine.kv_layout import AnyKVSpec
 from engine.model_loader import load_config
 from npu_ops.platform import platform_for
 from operate.planning.hub_configs import hub_checkpoint
-from operate.planning.weights import WeightBytes, hub_weight_bytes
+from operate.planning.weights import WeightBytes, fp8_checkpoint_weight_bytes, hub_weight_bytes
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -208,6 +208,12 @@ def model_facts(model: ModelDeploymentConfig) -> ModelFacts:
                 f"{model.model_id}: no safetensors/GGUF headers in {ref.directory} and no "
                 "shape.num_parameters in the config"
             )
+        if getattr(config, "quantization_config", None) is not None:  # FP8 (load_config checked)
+            dtype = plan_dtype(model.engine.dtype)
+            tp = model.tensor_parallel_size
+            weights = fp8_checkpoint_weight_bytes(ref.directory, dtype, tp)
+            source = f"checkpoint config at {ref.directory}; FP8/MXFP4 codes at their stored bytes"
+            return _from_config(model, config, weights.num_parameters, source, weights)
         return _from_config(model, config, params, f"checkpoint config at {ref.directory}")
     hub = hub_checkpoint(model.source.path) if model.source.path is not None else None
     if hub is not None:

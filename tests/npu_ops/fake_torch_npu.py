@@ -234,9 +234,14 @@ def npu_incre_flash_attention(
     return out.view(batch, 1, hq)
 
 
+ATLAS_A2_SOC_VERSION = 223
+
+
 def make_module() -> types.ModuleType:
     """A fresh `torch_npu` stand-in module exposing the functions above."""
     module = types.ModuleType("torch_npu")
+    # torch_npu.npu.get_soc_version(): an Atlas A2 (910B, 220-225; vllm_ascend/utils.py)
+    module.npu = types.SimpleNamespace(get_soc_version=lambda: ATLAS_A2_SOC_VERSION)
     for fn in (
         npu_rms_norm,
         npu_add_rms_norm,

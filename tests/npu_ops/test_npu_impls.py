@@ -40,6 +40,8 @@ KERNEL: dict[str, str | None] = {
     "moe_combine": "npu_moe_finalize_routing",
     "dynamic_quant": "npu_dynamic_quant",
     "quant_matmul": "npu_quant_matmul",
+    "fp8_block_matmul": None,
+    "mxfp4_matmul": None,
     "grouped_lora": None,
     "mla_prolog": None,
     "mla_decode_attention": None,

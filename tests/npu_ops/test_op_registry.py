@@ -8,7 +8,7 @@ import pytest
 
 import npu_ops.ops as ops_pkg
 from configs import envs
-from npu_ops.cpu_kernels import PAGED_DECODE_ATTENTION, unavailable
+from npu_ops.cpu_kernels import BLOCK_DEQUANTIZE, PAGED_DECODE_ATTENTION, unavailable
 from npu_ops.ops import REGISTRY
 from npu_ops.ops.registry import OpRegistry
 
@@ -27,13 +27,15 @@ def test_cuda_platform_chooses_torch_kernels_where_registered() -> None:
         "prefill_attention",
         "paged_decode_attention",
     }
-    assert chosen["swiglu"] == "reference"
+    assert chosen["swiglu"] == "reference" and chosen["fp8_block_matmul"] == "cuda"
 
 
 def test_cpu_platform_runs_torch_norms_our_attention_and_references_otherwise() -> None:
     table = REGISTRY.select("cpu")
     chosen = {op: table.impl_name(op) for op in REGISTRY.names()}
     ours = {"paged_decode_attention"} if unavailable(PAGED_DECODE_ATTENTION) is None else set()
+    if unavailable(BLOCK_DEQUANTIZE) is None:
+        ours |= {"fp8_block_matmul", "mxfp4_matmul"}
     assert {op for op, impl in chosen.items() if impl != "reference"} == {
         "rms_norm",
         "add_rms_norm",

@@ -14,6 +14,11 @@
   multiple of 16 for float16/bfloat16; query float16/bfloat16 on Atlas A2. Key and value must
   have the same shape, so K/V head sizes that differ fall back to the reference. Source:
   docs/context/torch_npu-npu_incre_flash_attention.md ("page attention使用限制").
+- Decode over an 8-bit cache (`npu_ops.ops.kv_quant`: per-token-per-head scales): the kernel's
+  int8 path (`antiquant_scale`, `antiquant_mode`) takes static per-channel scales (vLLM-Ascend's
+  C8), not scales stored per cached token, so the blocks the step reads are dequantised on the
+  device into a compact bfloat16/float16 cache (`kv_quant.dequantize_blocks`) that the same
+  page-attention call reads.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from npu_ops.ops import attention as reference
+from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 from npu_ops.ops.npu.module import torch_npu
 
 COMPRESSED_MASK_SIZE = 2048  # sparse_mode 2/3/4 take an optimised 2048x2048 causal mask
@@ -75,6 +81,10 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Page-attention decode in the `BSH` layout; shapes as the reference's."""
     reference.check_paged_inputs(query, key_cache, block_table, seq_lens)
+    if is_quantized(key_cache):
+        (key_cache, value_cache), block_table = dequantize_blocks(
+            (key_cache, value_cache), block_table, query.dtype
+        )
     if key_cache.shape[-1] != value_cache.shape[-1]:
         return reference.paged_decode_attention(
             query, key_cache, value_cache, block_table, seq_lens, scale

@@ -26,6 +26,10 @@ Both kernels take DeepSeek-V3-sized MLA only; other shapes, dtypes or layouts ru
   query token, float16/bfloat16; `attention_out` has the value's `D` (512). Source:
   docs/context/torch_npu-npu_fused_infer_attention_score.md, "query_rope和key_rope输入时即为MLA
   场景".
+- 8-bit latent caches (`npu_ops.ops.kv_quant`, per-token scales): `_prolog_fits` needs bfloat16
+  caches, so the reference writes (and quantises) them; the kernel's own int8 cache mode takes
+  static scales. Decode dequantises the blocks it reads (`kv_quant.dequantize_blocks`) and runs
+  the kernel on them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch
 
 from npu_ops.ops import mla as reference
 from npu_ops.ops.attention import check_paged_inputs
+from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 from npu_ops.ops.npu.module import torch_npu
 
 FRACTAL_NZ = 29
@@ -137,6 +142,10 @@ def mla_decode_attention(
     """The MLA mode of `npu_fused_infer_attention_score` where its constraints hold, else the
     reference; see `npu_ops.ops.mla.mla_decode_attention` for shapes."""
     check_paged_inputs(query, kv_cache, block_table, seq_lens)
+    if is_quantized(kv_cache):
+        (kv_cache, kr_cache), block_table = dequantize_blocks(
+            (kv_cache, kr_cache), block_table, query.dtype
+        )
     batch, heads, latent = query.shape
     num_blocks, block_size, kv_heads, _ = kv_cache.shape
     rope = kr_cache.shape[-1]
