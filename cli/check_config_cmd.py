@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     for m in config.models:
         default = " (default)" if m.model_id == config.default else ""
         print(
-            f"{m.model_id}{default}: tp={m.tensor_parallel_size} ep={m.expert_parallel} "
+            f"{m.model_id}{default}: tp={m.tensor_parallel_size} "
+            f"pp={m.engine.pipeline_parallel_size} ep={m.expert_parallel} "
             f"dtype={m.engine.dtype} resources={m.deployment.ray_actor_options}"
         )
     return 0

@@ -172,6 +172,11 @@ class ModelDeploymentConfig(BaseModel):
         "engine in tests.",
     )
 
+    @property
+    def num_ranks(self) -> int:
+        """Ranks (devices) of one replica: `tensor_parallel_size` × `pipeline_parallel_size`."""
+        return self.tensor_parallel_size * self.engine.pipeline_parallel_size
+
     @model_validator(mode="after")
     def _drafting_model_on_one_rank(self) -> ModelDeploymentConfig:
         spec = self.engine.speculative

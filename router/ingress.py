@@ -59,7 +59,7 @@ from router.http_errors import (
     unauthorized,
 )
 from router.openai_answers import ErrorRender, http_result, python_result
-from router.replica_metrics import replica_expositions
+from router.replica_metrics import batch_limits, replica_expositions
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +339,9 @@ class Router:
         none can serve yet), `models`, `starting` (deployments with no running replica yet),
         `down` (model -> reason) and `replicas` (model -> replicas the Serve controller last
         reported running, `null` before its first report; 0 for a model scaled to zero, which
-        counts as serving: a call starts a replica).
+        counts as serving: a call starts a replica) and `batch_limits` (model -> replica ->
+        the `max_num_seqs` / `max_num_batched_tokens` its engine admits by now, as its last
+        metrics push said: with `engine.slo` they move, `router.replica_metrics.batch_limits`).
         """
         caller = self.gateway.caller
         down, starting = caller.unavailable(), caller.starting()
@@ -348,4 +350,6 @@ class Router:
         body = {"status": status, "models": sorted(caller.handles), "starting": starting}
         body["down"] = down
         body["replicas"] = {m: caller.deployments.get(m).replicas for m in sorted(caller.handles)}
+        pushed = await replica_expositions(caller.handles, self.config.health_probe_timeout_s)
+        body["batch_limits"] = batch_limits(pushed)
         return JSONResponse(body, status_code=503 if status == "unavailable" else 200)

@@ -1,4 +1,5 @@
-"""Every model replica's engine metrics, read from the metrics boards for `GET /metrics`.
+"""Every model replica's engine metrics, read from the metrics boards for `GET /metrics` (and
+the admission limits in them for `GET /health`).
 
 Model replicas report to the board of the application that runs them
 (`deployments.metrics.board`); a router finds that application from each model's handle, so a
@@ -12,6 +13,7 @@ import functools
 import logging
 from collections.abc import Mapping
 
+from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -53,3 +55,32 @@ async def replica_expositions(
             continue
         texts.extend(answer)
     return texts
+
+
+BATCH_LIMIT_GAUGES = {
+    "ascend_router_engine_max_num_seqs": "max_num_seqs",
+    "ascend_router_engine_max_num_batched_tokens": "max_num_batched_tokens",
+}
+"""Engine gauges of the scheduler's admission limits now (`engine.metrics`) -> their setting."""
+
+
+def batch_limits(expositions: list[bytes]) -> dict[str, dict[str, dict[str, int]]]:
+    """The admission limits each replica last reported, for `GET /health`.
+
+    With `engine.slo` set they move step by step (`engine.slo_controller`); otherwise they are
+    the configured `max_num_seqs` / `max_num_batched_tokens`.
+
+    Args:
+        expositions: replicas' Prometheus texts, as `replica_expositions` returns them.
+
+    Returns:
+        model id -> replica id -> `{"max_num_seqs": n, "max_num_batched_tokens": m}`.
+    """
+    limits: dict[str, dict[str, dict[str, int]]] = {}
+    for text in expositions:
+        for family in text_string_to_metric_families(text.decode()):
+            setting = BATCH_LIMIT_GAUGES.get(family.name)
+            for sample in family.samples if setting is not None else ():
+                model, replica = sample.labels["model_name"], sample.labels["replica"]
+                limits.setdefault(model, {}).setdefault(replica, {})[setting] = int(sample.value)
+    return limits

@@ -7,7 +7,8 @@ which transformers merges into a layer's `gate_up_proj` `[E, 2I, H]` and `down_p
 the expert dimension, gate, up and down apart (an FP8 tile of `block_n` rows must not straddle the
 gate/up seam when `I` is not a multiple of it), and runs the computation of
 `engine.quantization.experts.W8A8DynamicExperts` with weight-only GEMMs: op `moe_dispatch`, per
-expert `scaled_matmul` for gate and up, the gated activation, `scaled_matmul` for down, op
+expert `scaled_matmul` for gate and up (MXFP4: op `mxfp4_grouped_matmul` over every expert's rows
+at once, Ascend 950's `npu_grouped_matmul`), the gated activation, the same for down, op
 `moe_combine`. The formats' stacks are those of transformers' `FP8Experts` (integrations/
 finegrained_fp8.py): FP8 `[E, N, K]` with `[E, ceil(N / bn), ceil(K / bk)]` scales; MXFP4
 (`expert_dtype: fp4`) `[E, N, K / 2]` packed with `[E, N, ceil(K / 32)]` UE8M0 scales.
@@ -63,6 +64,11 @@ class BlockScaledExperts(nn.Module):
             self._ops, x, codes.get()[expert], scales.get()[expert], self.block_size
         )
 
+    def _grouped(self, x: torch.Tensor, proj: str, sizes: torch.Tensor) -> torch.Tensor:
+        codes, scales = self.codes[proj], self.scales[proj]
+        assert isinstance(codes, Packed) and isinstance(scales, Packed)
+        return self._ops.mxfp4_grouped_matmul(x, codes.get(), scales.get(), sizes)
+
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
@@ -71,6 +77,16 @@ class BlockScaledExperts(nn.Module):
         ops = self._ops
         rows, expanded_row_idx, counts = ops.moe_dispatch(hidden_states, ids, self.num_experts + 1)
         out = rows.new_zeros(rows.shape[0], self.hidden_dim)
+        if self.block_size is None:  # MXFP4: one grouped matmul per projection
+            sizes = counts[: self.num_experts].to(torch.int64)
+            routed = int(sizes.sum())
+            x = rows[:routed]
+            gate_up = torch.cat(
+                [self._grouped(x, "gate", sizes), self._grouped(x, "up", sizes)], -1
+            )
+            h = gated_activation(gate_up, self.act_fn, self.limit)
+            out[:routed] = self._grouped(h, "down", sizes)
+            return ops.moe_combine(out, expanded_row_idx, top_k_weights, ids)
         start = 0
         for e, n in enumerate(counts.tolist()[: self.num_experts]):
             if n:

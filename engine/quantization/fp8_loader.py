@@ -170,7 +170,7 @@ def f4_key_mapping(ref: CheckpointRef) -> dict[str, str]:
     groups: dict[str, list[str]] = {}
     for name in sorted(f4):
         groups.setdefault(re.sub(r"\d+", r"\\d+", re.escape(name)), []).append(name)
-    patterns = []
+    patterns: list[str] = []
     for general, members in groups.items():
         if any(re.fullmatch(general, n) and n not in f4 for n in names):
             patterns.extend(re.escape(n) for n in members)

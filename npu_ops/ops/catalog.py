@@ -14,8 +14,9 @@
 | moe_combine | `moe_routing.moe_combine` | `npu_moe_finalize_routing` | — |
 | dynamic_quant | `quant.dynamic_quant` | `npu_dynamic_quant` | — |
 | quant_matmul | `quant.quant_matmul` | `npu_quant_matmul` | — |
-| fp8_block_matmul | `quant.fp8_block_matmul` | `npu_quant_matmul` (G-B)***** | `_scaled_mm` (cuda)****** |
-| mxfp4_matmul | `quant.mxfp4_matmul` | `npu_quant_matmul` (MX)***** | — |
+| fp8_block_matmul | `quant.fp8_block_matmul` | `npu_quant_matmul`***** | `scaled_mm`****** |
+| mxfp4_matmul | `quant.mxfp4_matmul` | `npu_quant_matmul`***** | — |
+| mxfp4_grouped_matmul | `quant.mxfp4_grouped_matmul` | `npu_grouped_matmul`***** | — |
 | grouped_lora | `lora.grouped_lora` | the reference** | — |
 | mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
 | mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
@@ -35,12 +36,14 @@ K=V with its sinks folded into the kernel's rope slices (A2/A3 take no `sinks`),
 the reference; no torch_npu op pools windows (vLLM-Ascend's fused `Compressor` is a custom op of
 its own, not for Atlas A2), so `kv_compress` is registered as `npu` as it is.
 ***** Ascend 950 only (`npu_ops.platform.is_ascend_950`; `npu_ops.ops.npu.fp8`): FP8 x FP8 in
-G-B mode for 128 x 128 weight blocks, MXFP8 x MXFP4 in MX mode, activations quantised per call;
+G-B mode for 128 x 128 weight blocks, MXFP8 x MXFP4 in MX mode (the experts' grouped matmul too),
+activations quantised per call;
 other shapes and other NPUs run the reference. Atlas A2/A3 (910B) have no FP8/FP4 matmul: there the
 loader converts FP8/MXFP4 checkpoints to W8A8_DYNAMIC at load (`engine.quantization.fp8_loader`).
-On cpu both ops run our table-lookup dequantisation kernel (`npu_ops.ops.cpu_quant`, implementation
-`cpu`, where it builds). ****** `npu_ops.ops.cuda_fp8`: rowwise-scaled `torch._scaled_mm` where
-torch and the GPU support it, else the reference.
+On cpu the three ops run our table-lookup dequantisation kernel (`npu_ops.ops.cpu_quant`,
+implementation `cpu`, where it builds). ****** implementation `cuda` (`npu_ops.ops.cuda_fp8`):
+torch's blockwise 1x128 x 128x128 `scaled_mm` on SM90+ for 128 x 128 blocks and bfloat16
+activations, else the reference.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -106,6 +109,9 @@ def build_registry() -> OpRegistry:
     reg.define("quant_matmul", quant.quant_matmul, "W8A8 matmul with dequant")
     reg.define("fp8_block_matmul", quant.fp8_block_matmul, "block-scaled FP8 weight-only matmul")
     reg.define("mxfp4_matmul", quant.mxfp4_matmul, "MXFP4 weight-only matmul")
+    reg.define(
+        "mxfp4_grouped_matmul", quant.mxfp4_grouped_matmul, "MXFP4 matmuls of sorted expert rows"
+    )
     reg.define("grouped_lora", lora.grouped_lora, "LoRA updates of rows by their adapter")
     reg.define("mla_prolog", mla.mla_prolog, "MLA projections, absorbed query, latent cache write")
     reg.define(
@@ -137,6 +143,7 @@ def build_registry() -> OpRegistry:
     reg.register("quant_matmul", "npu", npu_quant.quant_matmul, NPU)
     reg.register("fp8_block_matmul", "npu", npu_fp8.fp8_block_matmul, NPU)
     reg.register("mxfp4_matmul", "npu", npu_fp8.mxfp4_matmul, NPU)
+    reg.register("mxfp4_grouped_matmul", "npu", npu_fp8.mxfp4_grouped_matmul, NPU)
     reg.register("grouped_lora", "npu", lora.grouped_lora, NPU)
     reg.register("mla_prolog", "npu", npu_mla.mla_prolog, NPU)
     reg.register("mla_decode_attention", "npu", npu_mla.mla_decode_attention, NPU)
@@ -158,6 +165,7 @@ def build_registry() -> OpRegistry:
     if unavailable(BLOCK_DEQUANTIZE) is None:
         reg.register("fp8_block_matmul", "cpu", cpu_quant.fp8_block_matmul, ("cpu",))
         reg.register("mxfp4_matmul", "cpu", cpu_quant.mxfp4_matmul, ("cpu",))
+        reg.register("mxfp4_grouped_matmul", "cpu", cpu_quant.mxfp4_grouped_matmul, ("cpu",))
     if unavailable(PAGED_DECODE_ATTENTION) is None:
         reg.register(
             "paged_decode_attention", "cpu", cpu_attention.paged_decode_attention, ("cpu",)

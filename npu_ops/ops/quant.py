@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 INT8_MAX = 127
@@ -310,3 +312,54 @@ def mxfp4_matmul(
     """
     w = dequantize_mxfp4(weight, weight_scale).to(x.dtype)
     return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
+
+
+def per_expert_rows(
+    matmul: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    group_sizes: torch.Tensor,
+) -> torch.Tensor:
+    """`matmul(rows, weight[e], weight_scale[e])` over each expert's rows (`mxfp4_grouped_matmul`).
+
+    Raises:
+        ValueError: `group_sizes` of the wrong length or sum.
+    """
+    sizes = [int(n) for n in group_sizes.tolist()]
+    if len(sizes) != weight.shape[0] or sum(sizes) != x.shape[0]:
+        raise ValueError(
+            f"group_sizes must give {weight.shape[0]} experts' rows summing to {x.shape[0]}, "
+            f"got {sizes}"
+        )
+    out = x.new_empty(x.shape[0], weight.shape[1])
+    start = 0
+    for e, n in enumerate(sizes):
+        if n:
+            out[start : start + n] = matmul(x[start : start + n], weight[e], weight_scale[e])
+        start += n
+    return out
+
+
+def mxfp4_grouped_matmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    group_sizes: torch.Tensor,
+) -> torch.Tensor:
+    """Routed experts' MXFP4 linears over rows sorted by expert: rows
+    `[offset_e, offset_e + group_sizes[e])` times expert `e`'s weight (`mxfp4_matmul`).
+
+    Args:
+        x: `[T, K]` float activations, grouped by expert (`moe_dispatch`'s order).
+        weight: packed e2m1 `[E, N, K / 2]`.
+        weight_scale: float8_e8m0fnu `[E, N, ceil(K / 32)]`.
+        group_sizes: int64 `[E]`, rows per expert, summing to `T`.
+
+    Returns:
+        `[T, N]` in `x.dtype`.
+
+    Raises:
+        ValueError: `group_sizes` of the wrong length or sum, or an expert as `check_mxfp4`.
+    """
+    return per_expert_rows(mxfp4_matmul, x, weight, weight_scale, group_sizes)

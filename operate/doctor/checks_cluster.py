@@ -124,7 +124,7 @@ def check_cluster_npus(
         checks = [Check(name, Status.PASS, f"the deployments need {span} NPUs ({parts}); {have}")]
     with_npus = sum(1 for n in nodes if n.npus >= 1)
     for m in config.models:
-        tp = m.tensor_parallel_size
+        tp = m.num_ranks
         if m.engine.tensor_parallel_placement == "STRICT_SPREAD" and tp > with_npus:
             checks.append(
                 Check(

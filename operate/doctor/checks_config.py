@@ -12,9 +12,10 @@ from operate.planning.model_facts import model_facts
 
 
 def replica_npus(model: ModelDeploymentConfig) -> float:
-    """NPUs one replica asks Ray for (`ray_actor_options.resources.NPU`), else its TP size."""
+    """NPUs one replica asks Ray for (`ray_actor_options.resources.NPU`), else its ranks
+    (TP × PP)."""
     resources = model.deployment.ray_actor_options.get("resources") or {}
-    return float(resources.get("NPU", model.tensor_parallel_size))
+    return float(resources.get("NPU", model.num_ranks))
 
 
 def one_node_npus(model: ModelDeploymentConfig) -> float:
@@ -24,18 +25,23 @@ def one_node_npus(model: ModelDeploymentConfig) -> float:
     `SPREAD` or `STRICT_SPREAD` the ranks may sit on different nodes, so only the replica
     actor's own NPUs, or one rank's.
     """
-    if model.tensor_parallel_size == 1 or model.engine.tensor_parallel_placement == "STRICT_PACK":
+    if model.num_ranks == 1 or model.engine.tensor_parallel_placement == "STRICT_PACK":
         return replica_npus(model)
     resources = model.deployment.ray_actor_options.get("resources") or {}
     return max(float(resources.get("NPU", 0)), 1.0)
 
 
 def check_parallel(config: RouterAppConfig, devices: int, has_npu: bool) -> list[Check]:
-    """Each model's tensor-parallel size against the visible devices; expert parallel sanity."""
+    """Each model's ranks (TP × PP) against the visible devices; expert parallel sanity."""
     checks = []
     for m in config.models:
-        tp, name = m.tensor_parallel_size, f"{m.model_id}: parallel"
+        tp, pp, name = (
+            m.tensor_parallel_size,
+            m.engine.pipeline_parallel_size,
+            f"{m.model_id}: parallel",
+        )
         ep = " with expert parallel" if m.expert_parallel else ""
+        ep += f" x PP {pp}" if pp > 1 else ""
         if m.expert_parallel and tp == 1:
             checks.append(
                 Check(
@@ -53,14 +59,14 @@ def check_parallel(config: RouterAppConfig, devices: int, has_npu: bool) -> list
                     f"TP {tp}{ep}: no NPUs here; on CPU each rank is a host process (gloo)",
                 )
             )
-        elif tp > devices:
+        elif m.num_ranks > devices:
             checks.append(
                 Check(
                     name,
                     Status.FAIL,
-                    f"TP {tp}{ep} needs {tp} NPUs, {devices} visible",
-                    "lower tensor_parallel_size or make more cards visible "
-                    "(ASCEND_RT_VISIBLE_DEVICES)",
+                    f"TP {tp}{ep} needs {m.num_ranks} NPUs, {devices} visible",
+                    "lower tensor_parallel_size or pipeline_parallel_size, or make more cards "
+                    "visible (ASCEND_RT_VISIBLE_DEVICES)",
                 )
             )
         else:

@@ -32,7 +32,7 @@ class NpuGroup:
         min_count: groups at the deployment's smallest replica count.
         max_count: groups at its largest replica count.
         distinct_nodes: nodes the deployment needs at least whenever it runs a replica (its
-            `tensor_parallel_size` under `STRICT_SPREAD`, else 1).
+            ranks, TP × PP, under `STRICT_SPREAD`, else 1).
     """
 
     model_id: str
@@ -70,7 +70,7 @@ def npu_groups(config: RouterAppConfig) -> list[NpuGroup]:
         low, high = replica_bounds(model)
         resources = model.deployment.ray_actor_options.get("resources") or {}
         own = float(resources.get("NPU", 0))
-        tp = model.tensor_parallel_size
+        tp = model.num_ranks  # TP × PP ranks, one NPU each
         placement = model.engine.tensor_parallel_placement
         spread = tp if tp > 1 and placement == "STRICT_SPREAD" else 1
         if tp > 1 and model.engine.tensor_parallel_placement == "STRICT_PACK":

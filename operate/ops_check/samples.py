@@ -129,6 +129,12 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             torch.randint(0, 256, (h, h // 2), generator=g, dtype=torch.uint8),
             torch.full((h, -(-h // 32)), 2.0**-6).to(torch.float8_e8m0fnu),
         ),
+        "mxfp4_grouped_matmul": lambda: (
+            _randn(g, t, h, dtype=dt),
+            torch.randint(0, 256, (2, h, h // 2), generator=g, dtype=torch.uint8),
+            torch.full((2, h, -(-h // 32)), 2.0**-6).to(torch.float8_e8m0fnu),
+            torch.tensor([t // 2, t - t // 2]),  # two experts' rows
+        ),
         "grouped_lora": lambda: _lora_case(g, s),
         "mla_prolog": lambda: _mla_prolog_case(g, s),
         "mla_decode_attention": lambda: _mla_decode_case(g, s),

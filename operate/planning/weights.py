@@ -82,10 +82,10 @@ def _bytes(model: nn.Module, int8: bool) -> tuple[int, int, int]:
     return params, total, in_int8
 
 
-_STORED_BYTES = {"F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "F4": 1, "F32": 4}
+_STORED_BYTES = {"F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "F4": 0.5, "F32": 4}
 """Bytes per stored element of the dtypes an FP8/MXFP4 checkpoint's quantised tensors use
-(safetensors' dtype names; `F4` holds two e2m1 values per element, as torch's
-float4_e2m1fn_x2)."""
+(safetensors' dtype names; an `F4` header counts 4-bit values: a float4_e2m1fn_x2 `[N, K / 2]`
+is stored with shape `[N, K]`)."""
 
 
 def fp8_checkpoint_weight_bytes(
@@ -122,13 +122,13 @@ def fp8_checkpoint_weight_bytes(
     params = total = coded = 0
     for name, (kind, numel) in headers.items():
         if name in scales:
-            total += numel * _STORED_BYTES.get(kind, elem)
+            total += int(numel * _STORED_BYTES.get(kind, elem))
             continue
         if name in quantised:
-            values = numel * (2 if kind in ("I8", "U8", "F4") else 1)  # packed e2m1: 2 per byte
+            values = numel * (2 if kind in ("I8", "U8") else 1)  # packed e2m1: 2 per byte
             params += values
             coded += values
-            total += numel * _STORED_BYTES.get(kind, elem)
+            total += int(numel * _STORED_BYTES.get(kind, elem))
         else:
             params += numel
             total += numel * elem

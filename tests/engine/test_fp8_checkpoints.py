@@ -186,8 +186,8 @@ def test_atlas_a2_path_converts_to_w8a8_close_to_the_fp8_layers(
 
 def test_mxfp4_codes_stored_as_f4_load_as_the_int8_packed_ones(tmp_path: Path) -> None:
     """DeepSeek-V4's routed experts with their codes as safetensors `F4` (`float4_e2m1fn_x2`)
-    instead of `I8`: transformers never reads them (`f4_key_mapping`), the FP8 loader does, and
-    the model is the same tensor for tensor."""
+    instead of `I8`: transformers never reads them (`f4_key_mapping`), the FP8 loader does, the
+    model is the same tensor for tensor, and `plan` counts the same bytes."""
     from safetensors import safe_open
 
     i8 = make_fp8_checkpoint("deepseek_v4", tmp_path / "i8")
@@ -206,6 +206,15 @@ def test_mxfp4_codes_stored_as_f4_load_as_the_int8_packed_ones(tmp_path: Path) -
     assert states[0].keys() == states[1].keys()
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     assert any(isinstance(m, BlockScaledExperts) for m in models[1].modules())
+    plans = [
+        model_facts(
+            ModelDeploymentConfig.model_validate(
+                {"model_id": "tiny", "source": {"path": str(p)}, "engine": {"dtype": "float32"}}
+            )
+        ).weights
+        for p in (i8, f4)
+    ]
+    assert plans[0] == plans[1]  # an F4 header counts 4-bit values, an I8 one bytes
 
 
 def test_atlas_a2_conversion_reports_its_rounding_error(

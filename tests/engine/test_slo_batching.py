@@ -24,6 +24,7 @@ from engine.metrics import EngineMetrics
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.slo_controller import BatchLimits, SloController, StepSample, p90
+from router.replica_metrics import batch_limits
 
 CEILING = BatchLimits(64, 512)
 
@@ -212,3 +213,4 @@ def test_the_limits_are_metrics_and_in_the_health_reply(slo_engine: LLMEngine) -
     assert found["ascend_router_engine_tpot_p90_seconds"] == slo["tpot_p90_s"] > 0
     assert found["ascend_router_engine_ttft_p90_seconds"] == slo["ttft_p90_s"] > 0
     assert slo["num_decreases"] >= 1  # the 1 µs target (or the earlier test's run) cut it
+    assert batch_limits([metrics.exposition()]) == {"m": {"r0": limits}}  # the router's /health

@@ -5,6 +5,8 @@
   int8 operands go to the Atlas A2 stand-in, the G-B (`[1, 128, 128]`) and MX (`[1, 1, 32]`)
   modes are computed with the doc's formula `out[m, n] = sum_j (x1 slice . x2 slice) *
   x1Scale[m / gm, j] * x2Scale[j, n / gn] + bias[n]`, K sliced by `group_k`.
+- `npu_grouped_matmul`: the MX grouping of vLLM-Ascend's W4A8_MXFP MoE, each group the MX
+  `npu_quant_matmul`.
 - `npu_dynamic_mx_quant`: hicann/ops-nn quant/dynamic_mx_quant (OCP, `scale_alg=0`): per 32
   values along the last axis `mxscale = 2^(floor(log2(amax)) - emax)` (emax 8 for e4m3), `y =
   cast(x / mxscale)`; the scales as `[M, K / 64, 2]` float8_e8m0fnu, as vLLM-Ascend reads them.
@@ -136,7 +138,9 @@ def npu_dynamic_mx_quant(
     assert k % 64 == 0, "modelled: whole scale pairs"
     blocks = x.float().view(m, k // 32, 32)
     amax = blocks.abs().amax(dim=-1)
-    exp = torch.where(amax > 0, torch.floor(torch.log2(amax)) - E4M3_EMAX, torch.full_like(amax, -127))
+    exp = torch.where(
+        amax > 0, torch.floor(torch.log2(amax)) - E4M3_EMAX, torch.full_like(amax, -127)
+    )
     mxscale = torch.exp2(exp)
     y = (blocks / mxscale[..., None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return y.view(m, k), mxscale.to(torch.float8_e8m0fnu).view(m, k // 64, 2)
@@ -148,6 +152,78 @@ def make_module() -> types.ModuleType:
     module = fake_torch_npu.make_module()
     module.npu_quant_matmul = npu_quant_matmul
     module.npu_dynamic_mx_quant = npu_dynamic_mx_quant
+    module.npu_grouped_matmul = npu_grouped_matmul
     module.float8_e8m0fnu = torch.float8_e8m0fnu
     module.float4_e2m1fn_x2 = torch.float4_e2m1fn_x2
     return module
+
+
+def npu_grouped_matmul(
+    x: list[torch.Tensor],
+    weight: list[torch.Tensor],
+    *,
+    bias: list[torch.Tensor] | None = None,
+    scale: list[torch.Tensor] | None = None,
+    offset: list[torch.Tensor] | None = None,
+    antiquant_scale: list[torch.Tensor] | None = None,
+    antiquant_offset: list[torch.Tensor] | None = None,
+    per_token_scale: list[torch.Tensor] | None = None,
+    group_list: torch.Tensor | None = None,
+    activation_input: list[torch.Tensor] | None = None,
+    activation_quant_scale: list[torch.Tensor] | None = None,
+    activation_quant_offset: list[torch.Tensor] | None = None,
+    split_item: int = 0,
+    group_type: int = -1,
+    group_list_type: int = 0,
+    act_type: int = 0,
+    output_dtype: torch.dtype | None = None,
+    x_dtype: torch.dtype | None = None,
+    weight_dtype: torch.dtype | None = None,
+    scale_dtype: torch.dtype | None = None,
+    per_token_scale_dtype: torch.dtype | None = None,
+) -> list[torch.Tensor]:
+    """torch_npu.npu_grouped_matmul (op-plugin docs/context/torch_npu-npu_grouped_matmul.md),
+    modelled: Ascend 950's MXFP8 x MXFP4 grouping along M with one output (split_item 2), the
+    arguments of vLLM-Ascend's W4A8_MXFP MoE; each group is the MX `npu_quant_matmul` above."""
+    record(
+        "npu_grouped_matmul",
+        x=x[0],
+        weight=weight[0],
+        antiquant_scale=antiquant_scale[0] if antiquant_scale else None,
+        per_token_scale=per_token_scale[0] if per_token_scale else None,
+        group_list=group_list,
+        split_item=split_item,
+        group_type=group_type,
+        group_list_type=group_list_type,
+        x_dtype=x_dtype,
+        weight_dtype=weight_dtype,
+        per_token_scale_dtype=per_token_scale_dtype,
+        output_dtype=output_dtype,
+    )
+    assert len(x) == len(weight) == 1 and split_item == 2 and group_type == 0
+    assert group_list_type == 0 and group_list is not None and group_list.dtype == torch.int64
+    assert x_dtype == torch.float8_e4m3fn and weight_dtype == torch.float4_e2m1fn_x2
+    assert per_token_scale_dtype == torch.float8_e8m0fnu and scale is None and bias is None
+    assert antiquant_scale is not None and per_token_scale is not None
+    assert offset is None and antiquant_offset is None and activation_input is None
+    assert activation_quant_scale is None and activation_quant_offset is None and act_type == 0
+    xs, ws, scales, tokens = x[0], weight[0], antiquant_scale[0], per_token_scale[0]
+    e, half_k, n = ws.shape
+    assert tuple(scales.shape) == (e, half_k // 32, n, 2) and group_list.shape == (e,)
+    out = torch.empty(xs.shape[0], n, dtype=output_dtype)
+    start = 0
+    for g, end in enumerate(group_list.tolist()):
+        if end > start:
+            out[start:end] = npu_quant_matmul(
+                xs[start:end],
+                ws[g],
+                scales[g],
+                scale_dtype=torch.float8_e8m0fnu,
+                pertoken_scale=tokens[start:end],
+                pertoken_scale_dtype=torch.float8_e8m0fnu,
+                output_dtype=output_dtype,
+                x2_dtype=torch.float4_e2m1fn_x2,
+                group_sizes=[1, 1, 32],
+            )
+        start = end
+    return [out]

@@ -90,13 +90,13 @@ def test_cpu_dequantisation_is_bit_equal_to_the_reference(dtype: torch.dtype) ->
     want = quant.dequantize_fp8_block(codes, scale, (16, 16)).to(dtype)
     out = torch.empty(40, 56, dtype=dtype)
     got = cpu_quant.dequantize_into(
-        out, codes.view(torch.uint8), cpu_quant._fp8_table(), scale, (16, 16)
+        out, codes.view(torch.uint8), cpu_quant.FP8_TABLE, scale, (16, 16)
     )
     assert torch.equal(got, want)
     packed, s4 = quantize_mxfp4(torch.randn(24, 80))  # K = 80: a partial 32-block
     want = quant.dequantize_mxfp4(packed, s4).to(dtype)
     out = torch.empty(24, 80, dtype=dtype)
-    table = cpu_quant._fp4_table()
+    table = cpu_quant.FP4_TABLE
     got = cpu_quant.dequantize_into(out, packed.view(torch.uint8), table, s4.float(), (1, 32))
     assert torch.equal(got, want)
 
@@ -122,9 +122,26 @@ def test_cpu_matmuls_equal_the_reference(
     torch.testing.assert_close(got, quant.mxfp4_matmul(x, packed, s4, bias))
 
 
+def _experts(hidden: int, out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three experts' MXFP4 weights `[3, out, hidden / 2]` and scales."""
+    quantized = [quantize_mxfp4(torch.randn(out, hidden)) for _ in range(3)]
+    return torch.stack([q[0] for q in quantized]), torch.stack([q[1] for q in quantized])
+
+
+@needs_kernel
+def test_cpu_grouped_matmul_equals_the_reference() -> None:
+    x = torch.randn(9, 64)
+    packed, s4 = _experts(64, 40)
+    sizes = torch.tensor([4, 0, 5])  # an expert without rows
+    got = cpu_quant.mxfp4_grouped_matmul(x, packed, s4, sizes)
+    torch.testing.assert_close(got, quant.mxfp4_grouped_matmul(x, packed, s4, sizes))
+    with pytest.raises(ValueError, match=r"3 experts' rows summing to 9, got \[4, 0, 4\]"):
+        quant.mxfp4_grouped_matmul(x, packed, s4, torch.tensor([4, 0, 4]))
+
+
 @needs_kernel
 def test_cpu_is_the_registered_cpu_implementation() -> None:
-    for op in ("fp8_block_matmul", "mxfp4_matmul"):
+    for op in ("fp8_block_matmul", "mxfp4_matmul", "mxfp4_grouped_matmul"):
         impl = REGISTRY.get(op).implementation("cpu")
         assert impl.fn is getattr(cpu_quant, op) and impl.platforms == frozenset({"cpu"})
 
@@ -176,7 +193,9 @@ def test_950_fp8_uses_the_gb_quant_matmul(
     assert call["x2_transposed"] and call["scale_transposed"]
     assert call["pertoken_scale"] == ((5, 3), torch.float32)
     # W8A8: e4m3 activations (3 mantissa bits) against the weight-only reference
-    assert _relative_error(got, quant.fp8_block_matmul(x, codes, scale, (128, 128), bias)) < W8A8_BOUND
+    assert (
+        _relative_error(got, quant.fp8_block_matmul(x, codes, scale, (128, 128), bias)) < W8A8_BOUND
+    )
 
 
 def test_950_mxfp4_uses_the_mx_quant_matmul(ascend: Callable[[int], types.ModuleType]) -> None:
@@ -191,6 +210,20 @@ def test_950_mxfp4_uses_the_mx_quant_matmul(ascend: Callable[[int], types.Module
     assert call["x2"] == ((64, 48), torch.uint8) and call["x2_transposed"]
     assert call["scale"] == ((2, 48, 2), torch.uint8) and call["pertoken_scale"][0] == (3, 2, 2)
     assert _relative_error(got, quant.mxfp4_matmul(x, packed, s4)) < W8A8_BOUND
+
+
+def test_950_experts_use_one_grouped_matmul(ascend: Callable[[int], types.ModuleType]) -> None:
+    ascend(platform.ASCEND_950_SOC_VERSION)
+    x = torch.randn(9, 128, dtype=torch.bfloat16)
+    packed, s4 = _experts(128, 40)
+    sizes = torch.tensor([4, 0, 5])
+    got = npu_fp8.mxfp4_grouped_matmul(x, packed, s4, sizes)
+    (call,) = calls_to("npu_grouped_matmul")
+    assert call["weight"] == ((3, 64, 40), torch.uint8) and call["split_item"] == 2
+    assert call["antiquant_scale"][0] == (3, 2, 40, 2) and call["per_token_scale"][0] == (9, 2, 2)
+    assert call["group_list"][1] == torch.int64 and call["weight_dtype"] == torch.float4_e2m1fn_x2
+    want = quant.mxfp4_grouped_matmul(x, packed, s4, sizes)
+    assert _relative_error(got, want) < W8A8_BOUND
 
 
 @pytest.mark.parametrize(
@@ -211,6 +244,10 @@ def test_npu_falls_back_to_the_reference(
     x32 = torch.randn(2, 128)
     packed, s4 = quantize_mxfp4(torch.randn(16, 128))
     assert torch.equal(npu_fp8.mxfp4_matmul(x32, packed, s4), quant.mxfp4_matmul(x32, packed, s4))
+    experts, scales = _experts(96, 16)
+    sizes = torch.tensor([1, 2, 1])
+    want = quant.mxfp4_grouped_matmul(x, experts, scales, sizes)
+    assert torch.equal(npu_fp8.mxfp4_grouped_matmul(x, experts, scales, sizes), want)
     assert fake_torch_npu_util.CALLS == []
 
 
@@ -223,8 +260,12 @@ def test_cuda_dispatch_decision() -> None:
     assert cuda_fp8.blockwise_unsupported(*ok) is None
     assert cuda_fp8.blockwise_unsupported(torch.device("cpu"), None, *ok[2:]) is not None
     assert "below SM90" in str(cuda_fp8.blockwise_unsupported(cuda, (8, 9), *ok[2:]))
-    assert "[64, 64]" in str(cuda_fp8.blockwise_unsupported(cuda, (9, 0), (64, 64), 256, 512, ok[5]))
-    assert "whole" in str(cuda_fp8.blockwise_unsupported(cuda, (10, 0), (128, 128), 200, 512, ok[5]))
+    assert "[64, 64]" in str(
+        cuda_fp8.blockwise_unsupported(cuda, (9, 0), (64, 64), 256, 512, ok[5])
+    )
+    assert "whole" in str(
+        cuda_fp8.blockwise_unsupported(cuda, (10, 0), (128, 128), 200, 512, ok[5])
+    )
     assert "float16" in str(cuda_fp8.blockwise_unsupported(*ok[:5], torch.float16))
 
 

@@ -42,6 +42,7 @@ KERNEL: dict[str, str | None] = {
     "quant_matmul": "npu_quant_matmul",
     "fp8_block_matmul": None,
     "mxfp4_matmul": None,
+    "mxfp4_grouped_matmul": None,
     "grouped_lora": None,
     "mla_prolog": None,
     "mla_decode_attention": None,

@@ -35,7 +35,7 @@ def test_cpu_platform_runs_torch_norms_our_attention_and_references_otherwise() 
     chosen = {op: table.impl_name(op) for op in REGISTRY.names()}
     ours = {"paged_decode_attention"} if unavailable(PAGED_DECODE_ATTENTION) is None else set()
     if unavailable(BLOCK_DEQUANTIZE) is None:
-        ours |= {"fp8_block_matmul", "mxfp4_matmul"}
+        ours |= {"fp8_block_matmul", "mxfp4_matmul", "mxfp4_grouped_matmul"}
     assert {op for op, impl in chosen.items() if impl != "reference"} == {
         "rms_norm",
         "add_rms_norm",

@@ -119,9 +119,9 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 def test_healthy_npu_host_passes_everything(tmp_path: Path) -> None:
-    # prod.yaml needs 15 NPUs at its minimum replicas and 18 at its maximum (DeepSeek-V4-Flash
-    # takes a whole 8-card node): three 8-card nodes
-    nodes = [RayNode(f"10.0.0.{i}", 8.0) for i in (1, 2, 3)]
+    # prod.yaml needs 19 NPUs at its minimum replicas and 26 at its maximum (DeepSeek-V4-Flash
+    # takes a whole 8-card node, Qwen2.5-32B 4 per replica): four 8-card nodes
+    nodes = [RayNode(f"10.0.0.{i}", 8.0) for i in (1, 2, 3, 4)]
     checks = run_doctor(npu_host(tmp_path, ray=lambda a: nodes), load_app_config(PROD))
     assert [c for c in checks if c.status is not Status.PASS] == []
     named = by_name(checks)

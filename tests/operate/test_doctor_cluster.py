@@ -68,17 +68,17 @@ def by_name(checks: Sequence[Check]) -> dict[str, Check]:
 
 def test_a_healthy_cluster_passes() -> None:
     cpu = node("10.0.0.4", 0.0, cann=None, torch_npu=None)
-    nodes = [node("10.0.0.1"), node("10.0.0.2"), node("10.0.0.3"), cpu]
+    nodes = [node("10.0.0.1"), node("10.0.0.2"), node("10.0.0.3"), node("10.0.0.5"), cpu]
     checks = check_cluster(nodes, prod())
     assert [c for c in checks if c.status is not Status.PASS] == []
     named = by_name(checks)
     assert named["node 10.0.0.1"].detail == "NPU=8 of 8 /dev/davinci* card(s)"
     assert named["node 10.0.0.4"].detail == "no cards and no NPU: a CPU node"
-    assert "need 15-18 NPUs" in named["cluster NPUs"].detail
-    assert "the cluster has 24 on 4 node(s)" in named["cluster NPUs"].detail
+    assert "need 19-26 NPUs" in named["cluster NPUs"].detail
+    assert "the cluster has 32 on 5 node(s)" in named["cluster NPUs"].detail
     # the CPU node has no CANN and no torch_npu: only nodes with cards are compared for those
     assert named["cluster versions"].detail == (
-        "4 node(s): Ray 2.60.0, Python 3.11.9, torch 2.6.0, CANN 8.3.RC1, torch_npu 2.6.0.post3"
+        "5 node(s): Ray 2.60.0, Python 3.11.9, torch 2.6.0, CANN 8.3.RC1, torch_npu 2.6.0.post3"
     )
 
 
@@ -112,37 +112,42 @@ def test_replica_ranges() -> None:
         "deepseek-v2-lite-chat": (1, 1),  # num_replicas
         "phi-3-mini-4k-instruct": (2, 2),
         "deepseek-v4-flash": (1, 1),
+        "qwen2.5-32b-instruct": (1, 2),
     }
 
 
 def test_cluster_npus_against_the_deployments_needs() -> None:
     config = prod()
     (short,) = check_cluster_npus([node("10.0.0.1", 4.0)], config)
-    assert short.status is Status.FAIL and "need 15 NPUs at their minimum replicas" in short.detail
+    assert short.status is Status.FAIL and "need 19 NPUs at their minimum replicas" in short.detail
     assert "qwen2.5-7b-instruct 1-4 x 1, deepseek-v2-lite-chat 1 x 4" in short.detail
     assert "deepseek-v4-flash 1 x 8" in short.detail
+    assert "qwen2.5-32b-instruct 1-2 x 4" in short.detail  # TP 2 x PP 2: 4 NPUs a replica
     (cpu,) = check_cluster_npus([node("10.0.0.1", 4.0)], config, has_npu=False)
     assert cpu.status is Status.WARN
-    (peak,) = check_cluster_npus([node("10.0.0.1"), node("10.0.0.2")], config)
-    assert peak.status is Status.WARN and "18 NPUs at the maximum replicas" in peak.detail
+    three = [node("10.0.0.1"), node("10.0.0.2"), node("10.0.0.3")]
+    (peak,) = check_cluster_npus(three, config)
+    assert peak.status is Status.WARN and "26 NPUs at the maximum replicas" in peak.detail
     assert "stay pending" in peak.detail and "max_replicas" in peak.fix
 
     # scale to zero: nothing needed at start, the maximum still counts
     autoscale = {"min_replicas": 0, "max_replicas": 4, "target_ongoing_requests": 32}
     deployment = config.models[0].deployment.model_copy(update={"autoscaling_config": autoscale})
     zero = with_model(config, "qwen2.5-7b-instruct", deployment=deployment)
-    (ok,) = check_cluster_npus([node("10.0.0.1"), node("10.0.0.2"), node("10.0.0.3")], zero)
-    assert ok.status is Status.PASS and "need 14-18 NPUs" in ok.detail
+    (ok,) = check_cluster_npus([*three, node("10.0.0.4")], zero)
+    assert ok.status is Status.PASS and "need 18-26 NPUs" in ok.detail
     assert "qwen2.5-7b-instruct 0-4 x 1" in ok.detail
 
 
 def test_placement_strategies_decide_what_must_share_a_node() -> None:
     nodes = [node("10.0.0.1", 2.0), node("10.0.0.2", 2.0), node("10.0.0.3", 8.0, cards=8)]
     small = nodes[:2]
-    # without DeepSeek-V4-Flash, whose 8 ranks need a whole 8-card node under any strategy here
+    # without DeepSeek-V4-Flash, whose 8 ranks need a whole 8-card node under any strategy
+    # here, and Qwen2.5-32B, whose TP 2 x PP 2 ranks need 4 on one node
     config = prod()
+    wide = {"deepseek-v4-flash", "qwen2.5-32b-instruct"}
     config = config.model_copy(
-        update={"models": [m for m in config.models if m.model_id != "deepseek-v4-flash"]}
+        update={"models": [m for m in config.models if m.model_id not in wide]}
     )
     # STRICT_PACK (default): the 4 ranks of deepseek need one node with 4 NPUs
     assert check_ray(small, config).status is Status.FAIL

@@ -164,9 +164,10 @@ def test_npu_workers_declare_what_they_request(tmp_path: Path) -> None:
     (arg,) = shlex.split(f"--resources={value}")
     assert json.loads(arg.removeprefix("--resources=")) == {"NPU": 8}
     assert _get_custom_resources({}, group["rayStartParams"], group["groupName"]) == {"NPU": 8}
-    # prod: 15 NPUs at the smallest sizes need two nodes (DeepSeek-V4-Flash's 8 ranks take one
-    # whole); qwen at 4 replicas needs a third
-    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (2, 2, 3)
+    # prod: 19 NPUs at the smallest sizes need three nodes (DeepSeek-V4-Flash's 8 ranks take
+    # one whole, Qwen2.5-32B's TP 2 x PP 2 and DeepSeek-V2-Lite's 4 the second); at the largest
+    # (qwen 7B at 4 replicas, Qwen2.5-32B at 2) a fourth
+    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (3, 3, 4)
     assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     assert container["args"] == ["source /usr/local/Ascend/ascend-toolkit/set_env.sh"]
@@ -210,7 +211,7 @@ def test_head_exposes_the_serve_port_of_http_options(tmp_path: Path) -> None:
 
 
 def test_header_command_regenerates_the_same_file(tmp_path: Path) -> None:
-    text, _ = generate(tmp_path, "--workers", "2", "--no-driver-mounts", "--name", "npu-llm")
+    text, _ = generate(tmp_path, "--workers", "3", "--no-driver-mounts", "--name", "npu-llm")
     command = text.splitlines()[2].removeprefix("#").strip()
     assert command.startswith("ascend-router kuberay configs/prod.yaml --name npu-llm")
     assert run_command(kuberay_cmd, shlex.split(command)[1:]) == 0
@@ -304,8 +305,8 @@ def test_cann_set_env_is_shell_quoted() -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--max-workers", "1"], "--max-workers 1: the deployments need 2"),
-        (["--workers", "1"], "--workers 1: the deployments need 2"),
+        (["--max-workers", "1"], "--max-workers 1: the deployments need 3"),
+        (["--workers", "1"], "--workers 1: the deployments need 3"),
         (["--npus-per-worker", "5000"], "need 1..4096"),
         (["--workers", "10001"], "need 1..10000"),
         (["--head-cpus", "0"], "not a positive Kubernetes quantity"),

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 from ray import serve
-from serve_helpers import FAST, MODEL, post_stream, stream_text
+from serve_helpers import FAST, MODEL, local_args, post_stream, stream_text
 
 from router.app import APP_NAME, model_deployment_name
 
@@ -34,7 +34,17 @@ def _wait_idle(timeout: float = 30.0):
 
 
 def test_health_and_models(http: httpx.Client, client: openai.OpenAI) -> None:
-    assert http.get("/health").status_code == 200
+    """`/health` serves, with each replica's admission limits (the configured ones: no `slo`)."""
+    configured = {m["model_id"]: m["engine"] for m in local_args()["models"]}
+    deadline = time.monotonic() + 30
+    while MODEL not in (body := http.get("/health").json())["batch_limits"]:
+        assert time.monotonic() < deadline, body  # the replica's first metrics push
+        time.sleep(0.5)
+    assert body["status"] == "ok"
+    for model, replicas in body["batch_limits"].items():
+        assert len(replicas) == 1, replicas
+        (limits,) = replicas.values()
+        assert limits["max_num_seqs"] == configured[model].get("max_num_seqs", 64)
     assert [m.id for m in client.models.list().data] == [FAST, MODEL, "auto"]
 
 
