@@ -3,7 +3,8 @@
 For every op the chosen implementation (or, with `all_impls`, every implementation that can run
 here) is called on realistic inputs (`operate.ops_check.samples`) on the current device; the
 reference runs on host copies of the same inputs. Float outputs must agree within a tolerance for
-their dtype; integer outputs exactly (int8 quantised values within 1, for rounding-mode
+their dtype (the FP8 / MXFP4 matmuls within a share of their largest output, for the activation
+quantisation of their device kernels); integer outputs exactly (int8 quantised values within 1, for rounding-mode
 differences). Routing outputs are compared per token as sets of (expert, weight) pairs, since
 kernels may order equal-scoring experts differently, and the lightning indexer's entries per query
 as sets (a kernel need not order near-equal scores as the reference does). Any exception is a FAIL
@@ -34,6 +35,14 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 ROUTING_OPS = ("moe_grouped_topk", "moe_topk_softmax")
 SET_OPS = ("lightning_indexer",)
 INT_SLACK = {"dynamic_quant": 1}
+ACTIVATION_QUANT_SLACK = {
+    "fp8_block_matmul": 0.05,
+    "mxfp4_matmul": 0.05,
+    "mxfp4_grouped_matmul": 0.05,
+}
+"""Ops whose device kernels also quantise the activations (Ascend 950's FP8 / MX matmuls, CUDA's
+`scaled_mm`), which the weight-only reference does not: their outputs may differ by up to this
+fraction of the largest reference output (`engine.quantization` tests bound it the same way)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,8 @@ def compare(op: str, got: Any, want: Any) -> tuple[bool, float, str]:
         worst = max(worst, err)
         if a.dtype.is_floating_point:
             rtol, atol = TOLERANCES.get(a.dtype, TOLERANCES[torch.float32])
+            if op in ACTIVATION_QUANT_SLACK:
+                atol = max(atol, ACTIVATION_QUANT_SLACK[op] * float(b.double().abs().max()))
             bad = diff > atol + rtol * b.double().abs()
             if bool(bad.any()):
                 reasons.append(

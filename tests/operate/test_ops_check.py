@@ -40,6 +40,14 @@ def test_compare_allows_one_step_of_int8_rounding_only_for_quantisation() -> Non
     assert not compare("moe_dispatch", a, b)[0]
 
 
+def test_compare_allows_activation_quantisation_only_for_the_fp8_and_mxfp4_matmuls() -> None:
+    want = torch.linspace(-10, 10, 64).reshape(8, 8).bfloat16()
+    got = want + 0.3  # 3 % of the largest output: an FP8-activation kernel's rounding
+    assert compare("fp8_block_matmul", got, want)[0] and compare("mxfp4_matmul", got, want)[0]
+    assert not compare("rms_norm", got, want)[0]
+    assert not compare("fp8_block_matmul", want + 1.0, want)[0]  # 10 %: a real error
+
+
 def test_compare_reports_shape_and_dtype_mismatch() -> None:
     ok, _, reason = compare("swiglu", torch.zeros(2, 3), torch.zeros(2, 4, dtype=torch.float64))
     assert not ok and "reference torch.float64[2, 4]" in reason
