@@ -5,9 +5,10 @@ here) is called on realistic inputs (`operate.ops_check.samples`) on the current
 reference runs on host copies of the same inputs. Float outputs must agree within a tolerance for
 their dtype (the FP8 / MXFP4 matmuls within a share of their largest output, for the activation
 quantisation of their device kernels); integer outputs exactly (int8 quantised values within 1,
-for rounding-mode differences). Routing outputs are compared per token as sets of (expert, weight) pairs, since
-kernels may order equal-scoring experts differently, and the lightning indexer's entries per query
-as sets (a kernel need not order near-equal scores as the reference does). Any exception is a FAIL
+for rounding-mode differences). Routing outputs are compared per token as sets of (expert,
+weight) pairs, since kernels may order equal-scoring experts differently, and the lightning
+indexer's entries per query as sets (a kernel need not order near-equal scores as the reference
+does). Any exception is a FAIL
 carrying its message.
 """
 
