@@ -8,7 +8,8 @@
   the peak is measured by a profiling forward pass of `max_num_batched_tokens` tokens.
 
 `num_blocks = kv_bytes // bytes_per_block` (see `engine.kv_cache`; DeepSeek MLA is sized by its
-latent, `kv_lora_rank + qk_rope_head_dim` per token and layer, the same on every rank), where a
+latent, `kv_lora_rank + qk_rope_head_dim` per token and layer, the same on every rank; an 8-bit
+cache, `engine.kv_cache_dtype`, by its codes and per-token-per-head scales), where a
 speculative drafting model's bytes per block count too. `kv_budget` computes it; the engine's
 start-up logs and checks it (`num_kv_blocks`); `ascend-router plan` calls `kv_budget` with the
 planned device figures (`operate.planning.memory_plan`), so both give the same block count.

@@ -109,8 +109,8 @@ class KVCacheSpec:
         """
         if not self.quantized:
             return self.dtype, self.k_head_dim, self.v_head_dim
-        extra = SCALE_BYTES
-        return storage_dtype(self.kv_cache_dtype), self.k_head_dim + extra, self.v_head_dim + extra
+        k_width, v_width = self.k_head_dim + SCALE_BYTES, self.v_head_dim + SCALE_BYTES
+        return storage_dtype(self.kv_cache_dtype), k_width, v_width
 
     def entry_bytes(self) -> int:
         """Bytes of one cached entry across all layers (one token's, unless compressed)."""

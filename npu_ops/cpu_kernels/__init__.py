@@ -136,7 +136,7 @@ def _paged_decode_attention_fake(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    packed = 2 if v_cache.dtype == torch.int8 else 0  # an int8 cache row ends in its scale
+    packed = 2 if v_cache.dtype in (torch.int8, torch.uint8) else 0  # a 8-bit row ends in its scale
     return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1] - packed)
 
 

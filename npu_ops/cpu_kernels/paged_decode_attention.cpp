@@ -2,9 +2,10 @@
 // its cached context, read in place through the block table (no gathered copy of the context).
 //
 // q: float32 [B, Nq, Dk]; k_cache: [num_blocks, block_size, Nkv, Dk] and v_cache:
-// [num_blocks, block_size, Nkv, Dv], both float32 or bfloat16, or both int8 with rows of
-// Dk + 2 / Dv + 2 bytes: the codes, then the row's float16 scale (the packed 8-bit cache of
-// npu_ops/ops/kv_quant.py; q . k = scale * (q . codes), and p v = (p * scale) codes);
+// [num_blocks, block_size, Nkv, Dv], both float32 or bfloat16, or both int8 (int8 codes) or
+// uint8 (float8 e4m3fn codes) with rows of Dk + 2 / Dv + 2 bytes: the codes, then the row's
+// float16 scale (the packed 8-bit cache of npu_ops/ops/kv_quant.py; q . k = scale * (q . codes),
+// and p v = (p * scale) codes);
 // block_tables: int32 [B, max_blocks];
 // seq_lens: int32 [B] (context length, new token included); out: float32 [B, Nq, Dv].
 // Query head h reads KV head h / (Nq / Nkv) (grouped-query attention, transformers' repeat_kv).
@@ -43,22 +44,41 @@ inline __m512 load(const int8_t* p, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
 }
 
-// Elements after a row's codes: an int8 cache's float16 scale (2 bytes), none in a float cache.
+// float8 e4m3fn codes: sign, 4 exponent bits (bias 7), 3 mantissa bits; a normal code's float32
+// bits are its exponent + 120 and mantissa moved into place, exponent 0 is mantissa * 2^-9. No
+// NaN code is ever written (the codes are clamped to +-448).
+inline __m512 load(const uint8_t* p, __mmask16 m) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+  const __m512i magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+  const __m512i normal =
+      _mm512_add_epi32(_mm512_slli_epi32(magnitude, 20), _mm512_set1_epi32(120 << 23));
+  const __m512 subnormal =
+      _mm512_mul_ps(_mm512_cvtepi32_ps(magnitude), _mm512_set1_ps(1.f / 512.f));
+  const __mmask16 tiny = _mm512_cmplt_epi32_mask(magnitude, _mm512_set1_epi32(8));
+  const __m512 value = _mm512_mask_blend_ps(tiny, _mm512_castsi512_ps(normal), subnormal);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+}
+
+template <typename T>
+constexpr bool is_packed = std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>;
+
+// Elements after a row's codes: a packed cache's float16 scale (2 bytes), none in a float cache.
 template <typename T>
 constexpr int64_t scale_width() {
-  return std::is_same_v<T, int8_t> ? 2 : 0;
+  return is_packed<T> ? 2 : 0;
 }
 
-// The factor of a row's loaded values: 1 in a float cache, the stored scale in an int8 one.
+// The factor of a row's loaded values: 1 in a float cache, the stored scale in a packed one.
 template <typename T>
-inline float row_scale(const T*, int64_t) {
-  return 1.f;
-}
-
-inline float row_scale(const int8_t* row, int64_t width) {
-  uint16_t bits;
-  std::memcpy(&bits, row + width, sizeof(bits));
-  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+inline float row_scale(const T* row, int64_t width) {
+  if constexpr (is_packed<T>) {
+    uint16_t bits;
+    std::memcpy(&bits, row + width, sizeof(bits));
+    return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+  } else {
+    return 1.f;
+  }
 }
 
 // exp(x) for x <= 0 (scores minus their maximum): 2^(x log2 e) as 2^n * 2^f with a degree-6
@@ -176,7 +196,8 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat32 && q.is_contiguous());
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.is_contiguous() &&
               v_cache.is_contiguous() && k_cache.scalar_type() == v_cache.scalar_type());
-  const int64_t packed = k_cache.scalar_type() == torch::kChar ? 2 : 0;  // int8: scale bytes
+  const auto type = k_cache.scalar_type();
+  const int64_t packed = type == torch::kChar || type == torch::kByte ? 2 : 0;  // scale bytes
   TORCH_CHECK(k_cache.size(3) == q.size(2) + packed && q.size(1) % k_cache.size(2) == 0);
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt32 && block_tables.is_contiguous() &&
               block_tables.size(0) == q.size(0));
@@ -185,11 +206,13 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
   const MaybeReleaseGil no_gil;
   if (k_cache.scalar_type() == torch::kBFloat16) {
     run<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
-  } else if (packed) {
+  } else if (type == torch::kChar) {
     run<int8_t>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
+  } else if (type == torch::kByte) {
+    run<uint8_t>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
   } else {
     TORCH_CHECK(k_cache.scalar_type() == torch::kFloat32,
-                "cache must be float32, bfloat16 or packed int8");
+                "cache must be float32, bfloat16, or packed int8 / uint8 (fp8)");
     run<float>(q, k_cache, v_cache, block_tables, seq_lens, static_cast<float>(scale), out);
   }
   return out;

@@ -3,10 +3,9 @@
 table. The reference gathers every sequence's context into a new tensor first; on SmolLM2 at
 decode batch 16 and ~170-token contexts that copy was most of a step's attention time.
 
-An int8 cache (`npu_ops.ops.kv_quant`: codes and a float16 scale per row) is read in place too:
-the kernel scales each row's dot product and weight by its scale. An fp8_e4m3 cache (no AVX512
-conversion from e4m3) is dequantised block by block into a compact float32 copy first
-(`kv_quant.dequantize_blocks`).
+An 8-bit cache (`npu_ops.ops.kv_quant`: int8 or float8 e4m3 codes and a float16 scale per row)
+is read in place too: the kernel converts the codes as it loads them and scales each row's dot
+product and weight by its scale.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import torch
 
 from npu_ops.cpu_kernels import PAGED_DECODE_ATTENTION, load
 from npu_ops.ops.attention import check_paged_inputs
-from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 
 
 def paged_decode_attention(
@@ -27,8 +25,7 @@ def paged_decode_attention(
     scale: float,
 ) -> torch.Tensor:
     """Shapes and semantics as `npu_ops.ops.attention.paged_decode_attention` (float32 or
-    bfloat16 caches, int8 ones read in place, fp8 ones dequantised first; scores, softmax and
-    sums in float32).
+    bfloat16 caches, or 8-bit ones; scores, softmax and sums in float32).
 
     Inside a captured graph (`torch.compile`) the inputs are not checked, since reading
     `seq_lens` on the host would split the graph; the engine builds them and checks them in
@@ -41,10 +38,6 @@ def paged_decode_attention(
     if not torch.compiler.is_compiling():
         check_paged_inputs(query, key_cache, block_table, seq_lens)
         load(PAGED_DECODE_ATTENTION)
-    if is_quantized(key_cache) and key_cache.dtype != torch.int8:  # fp8 codes
-        (key_cache, value_cache), block_table = dequantize_blocks(
-            (key_cache, value_cache), block_table, torch.float32
-        )
     out = torch.ops.ascend_router.paged_decode_attention(
         query.float().contiguous(),
         key_cache.contiguous(),

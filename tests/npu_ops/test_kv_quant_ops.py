@@ -143,3 +143,20 @@ def test_mla_prolog_quantises_what_it_writes(storage: torch.dtype) -> None:
     for packed, ref in ((got[2], float_kv), (got[3], float_kr)):
         rows = packed.flatten(0, 1)[slots]
         assert torch.equal(rows, quantize_kv(ref.flatten(0, 1)[slots], storage))
+
+
+@pytest.mark.skipif(unavailable(PAGED_DECODE_ATTENTION) is not None, reason="no CPU kernel here")
+@pytest.mark.parametrize("storage", STORAGES, ids=str)
+def test_cpu_kernel_reads_every_code(storage: torch.dtype) -> None:
+    codes = torch.arange(256, dtype=torch.uint8)
+    if storage == torch.uint8:  # e4m3fn's NaNs are never written
+        codes = codes[(codes & 0x7F) != 0x7F]
+    rows = codes.repeat(16 * 16 * 16 // len(codes) + 1)[: 16 * 16 * 16].view(16, 16, 1, 16)
+    scale = torch.full((16, 16, 1, 1), 0.01, dtype=torch.float16).view(storage)
+    cache = torch.cat((rows.view(storage), scale), dim=-1)  # 16 blocks of 16 rows, D = 16
+    table = torch.arange(16, dtype=torch.int32).view(2, 8)
+    lens = torch.tensor([128, 101], dtype=torch.int32)
+    query = torch.randn(2, 2, 16)
+    want = attention.paged_decode_attention(query, cache, cache, table, lens, 0.25)
+    got = cpu_attention.paged_decode_attention(query, cache, cache, table, lens, 0.25)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
