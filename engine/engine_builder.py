@@ -57,6 +57,8 @@ class EngineParts:
         block_manager: the KV blocks of every sequence.
         scheduler: picks each step's batch.
         speculator: speculative decoding (None: off).
+        kv_bytes_per_token: KV-cache bytes one token takes on a rank, all layers, as stored
+            (an 8-bit `kv_cache_dtype` counts its codes and scales; `KVCacheSpec.bytes_per_token`).
     """
 
     hf_config: PretrainedConfig
@@ -70,6 +72,7 @@ class EngineParts:
     block_manager: BlockManager
     scheduler: Scheduler
     speculator: Speculator | None
+    kv_bytes_per_token: float
 
 
 def resolve_dtype(name: str, platform: Platform) -> torch.dtype:
@@ -169,6 +172,7 @@ def build_engine(
         block_manager=block_manager,
         scheduler=scheduler,
         speculator=speculator,
+        kv_bytes_per_token=spec.bytes_per_token(),
     )
 
 

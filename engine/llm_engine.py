@@ -41,7 +41,9 @@ class EngineStats:
     counters, None when speculation is off; `decode_graphs_in_use`: the decode graph sizes
     compiled so far, `engine.graph_capture`, 0 in eager mode; `batch_limits`: the scheduler's
     admission limits now, the configured ones without `engine.slo`; `slo`: the latency
-    controller's p90s and decision counts, None without `engine.slo`)."""
+    controller's p90s and decision counts, None without `engine.slo`; `kv_cache_dtype` and
+    `kv_bytes_per_token`: the cache's setting and a token's bytes on a rank as stored, codes and
+    scales of an 8-bit cache included)."""
 
     num_running: int
     num_waiting: int
@@ -56,6 +58,8 @@ class EngineStats:
     decode_graphs_in_use: int = 0
     batch_limits: BatchLimits | None = None
     slo: SloState | None = None
+    kv_cache_dtype: str = "auto"
+    kv_bytes_per_token: float = 0.0
 
     def batching(self) -> dict[str, object]:
         """The admission limits and, with `engine.slo`, the measured p90s (seconds) and the
@@ -106,9 +110,11 @@ class LLMEngine:
         self.block_manager = parts.block_manager
         self.scheduler = parts.scheduler
         self.speculator: Speculator | None = parts.speculator
+        self.kv_bytes_per_token = parts.kv_bytes_per_token
         self.slo: SloController | None = None
         if config.slo is not None:
             self.slo = SloController(config.slo, self.scheduler.limits)
+            self.scheduler.set_limits(self.slo.limits)  # slow start
         self.outputs = OutputProcessor(
             self.block_manager, self.eos_token_ids, self.max_model_len, self._release
         )
@@ -219,6 +225,8 @@ class LLMEngine:
             len(self.executor.decode_graphs_in_use()),
             self.scheduler.limits,
             self.slo.state() if self.slo is not None else None,
+            self.config.kv_cache_dtype,
+            self.kv_bytes_per_token,
         )
 
     # ---- the step -------------------------------------------------------------------------

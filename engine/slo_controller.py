@@ -6,9 +6,12 @@ running sequence waits for its next token: its TPOT) and the TTFTs (queued -> fi
 the last `window_steps` requests that got a first token. Once the TPOT window is full it decides,
 on the nearest-rank p90 of each window:
 
-- `max_num_seqs`: over `tpot_ms` -> `min(limit, most running in the window) x decrease_factor`
-  (at least one less, at least `min_num_seqs`); under `increase_margin x tpot_ms` while
-  requests wait and the limit was reached in the window -> + 1, up to the configured value.
+- `max_num_seqs`: it starts at `min_num_seqs` (slow start: a batch admitted at the configured
+  limit before any step was measured would run over the target until it drains, as running
+  sequences are never preempted); over `tpot_ms` -> `min(limit, most running in the window) x
+  decrease_factor` (at least one less, at least `min_num_seqs`); under `increase_margin x
+  tpot_ms` while requests wait and the limit was reached in the window -> x 2 until the first
+  cut, + 1 after it, up to the configured value.
 - `max_num_batched_tokens`: TTFT over `ttft_ms` while requests wait -> + 1/16 of the configured
   value (a larger prefill chunk admits and prefills faster); else over `tpot_ms` ->
   `min(limit, largest step in the window) x decrease_factor` (smaller prefill chunks beside the
@@ -101,14 +104,18 @@ class SloController:
 
     Args:
         config: the targets and step sizes.
-        ceiling: the configured limits (`engine.max_num_seqs`, `engine.max_num_batched_tokens`);
-            the limits start there and never exceed them.
+        ceiling: the configured limits (`engine.max_num_seqs`, `engine.max_num_batched_tokens`),
+            which the limits never exceed; the token budget starts there.
+        start_num_seqs: where `max_num_seqs` starts; default `config.min_num_seqs` (slow
+            start).
 
     Raises:
         ValueError: `config.min_num_seqs` is over `ceiling.max_num_seqs`.
     """
 
-    def __init__(self, config: SloConfig, ceiling: BatchLimits) -> None:
+    def __init__(
+        self, config: SloConfig, ceiling: BatchLimits, start_num_seqs: int | None = None
+    ) -> None:
         if config.min_num_seqs > ceiling.max_num_seqs:
             raise ValueError(
                 f"slo.min_num_seqs {config.min_num_seqs} is over max_num_seqs "
@@ -119,7 +126,9 @@ class SloController:
         self.floor = BatchLimits(
             config.min_num_seqs, min(ceiling.max_num_seqs, ceiling.max_num_batched_tokens)
         )
-        self.limits = ceiling
+        start = config.min_num_seqs if start_num_seqs is None else start_num_seqs
+        self.limits = BatchLimits(start, ceiling.max_num_batched_tokens)
+        self._slow_start = True
         self._token_step = max(1, ceiling.max_num_batched_tokens // TOKEN_STEPS)
         self._steps: deque[StepSample] = deque(maxlen=config.window_steps)
         self._ttft: deque[float] = deque(maxlen=config.window_steps)
@@ -168,8 +177,9 @@ class SloController:
         used_tokens = max(s.num_tokens for s in steps)
         if over:
             seqs = self._cut(min(seqs, used_seqs), self.floor.max_num_seqs)
+            self._slow_start = False
         elif room and queue and used_seqs >= seqs:
-            seqs = min(self.ceiling.max_num_seqs, seqs + 1)
+            seqs = min(self.ceiling.max_num_seqs, 2 * seqs if self._slow_start else seqs + 1)
         if late and queue:
             tokens = min(self.ceiling.max_num_batched_tokens, tokens + self._token_step)
         elif over:

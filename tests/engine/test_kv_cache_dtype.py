@@ -27,6 +27,7 @@ from configs.serve_file import load_app_config, pick_model
 from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import kv_spec
 from engine.llm_engine import LLMEngine
+from engine.metrics import EngineMetrics
 from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 from operate.planning.memory_plan import plan_deployment
 from operate.planning.model_facts import model_facts
@@ -141,9 +142,18 @@ def test_int8_halves_kv_bytes_per_token_in_the_spec_and_the_start_up_log(
     assert latent.bytes_per_token() == 2 * (32 + 2 + 8 + 2)
 
     with caplog.at_level(logging.INFO, logger="engine.kv_budget"):
-        _engine(checkpoints["llama"], "int8").shutdown()  # 2 layers x 2 kv heads x D = 8
+        engine = _engine(checkpoints["llama"], "int8")  # 2 layers x 2 kv heads x D = 8
+    try:
+        stats = engine.stats()
+    finally:
+        engine.shutdown()
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("KV cache:")]
     assert "80 bytes/token" in line and "cache int8 + float16 scale" in line
+    metrics = EngineMetrics("m", "r0", 64)  # the replica's /metrics
+    metrics.observe_step(stats)
+    text = metrics.exposition().decode()
+    assert 'ascend_router_kv_cache_bytes_per_token{kv_cache_dtype="int8"' in text
+    assert (stats.kv_cache_dtype, stats.kv_bytes_per_token) == ("int8", 80)
 
 
 def test_plan_of_prod_qwen_halves_kv_bytes_and_doubles_sequences() -> None:

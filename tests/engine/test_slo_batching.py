@@ -30,8 +30,9 @@ CEILING = BatchLimits(64, 512)
 
 
 def controller(**slo: float) -> SloController:
-    """A controller over `CEILING` (token floor 64, token step 32), window 4 unless given."""
-    return SloController(SloConfig(**{"window_steps": 4, **slo}), CEILING)
+    """A controller over `CEILING` (token floor 64, token step 32), window 4 unless given,
+    started at the configured limits (not slow start)."""
+    return SloController(SloConfig(**{"window_steps": 4, **slo}), CEILING, CEILING.max_num_seqs)
 
 
 def feed(
@@ -83,6 +84,16 @@ def test_room_and_a_waiting_queue_raise_by_one_per_window_up_to_the_configured()
     for _ in range(100):
         limits = feed(ctl, 5, running=ctl.limits.max_num_seqs)
     assert limits == CEILING and ctl.state().num_increases == 40 + 1
+
+
+def test_slow_start_doubles_from_min_num_seqs_until_the_first_cut_then_adds_one() -> None:
+    ctl = SloController(SloConfig(tpot_ms=10, window_steps=4, min_num_seqs=2), CEILING)
+    assert ctl.limits == BatchLimits(2, 512)
+    assert feed(ctl, 5, running=2).max_num_seqs == 4
+    assert feed(ctl, 5, running=4).max_num_seqs == 8
+    assert feed(ctl, 5, running=8).max_num_seqs == 16
+    assert feed(ctl, 20, running=16).max_num_seqs == 12  # over: x 0.75, slow start ends
+    assert feed(ctl, 5, running=12).max_num_seqs == 13
 
 
 def test_repeated_cuts_stop_at_the_floors() -> None:
@@ -161,7 +172,7 @@ def slo_engine(make_engine: Callable[..., LLMEngine]) -> Iterator[LLMEngine]:
     engine.shutdown()
 
 
-def test_the_limit_falls_under_a_low_target_rises_under_a_high_one_tokens_unchanged(
+def test_the_limit_rises_under_a_high_target_falls_under_a_low_one_tokens_unchanged(
     make_engine: Callable[..., LLMEngine], slo_engine: LLMEngine
 ) -> None:
     plain = make_engine(max_num_seqs=4, num_threads=1)
@@ -172,7 +183,8 @@ def test_the_limit_falls_under_a_low_target_rises_under_a_high_one_tokens_unchan
     assert set(fixed) == {BatchLimits(4, 2048)}
     tokens, seen = run_all(slo_engine, "low")
     assert tokens == expected
-    assert seen[0] == BatchLimits(4, 2048) and seen[-1].max_num_seqs == 1
+    assert seen[0] == BatchLimits(1, 2048), "slow start: one sequence until measured"
+    assert {s.max_num_seqs for s in seen} == {1}
     assert min(s.max_num_batched_tokens for s in seen) == 4  # min(max_num_seqs, 2048)
 
     assert slo_engine.slo is not None
@@ -185,6 +197,10 @@ def test_the_limit_falls_under_a_low_target_rises_under_a_high_one_tokens_unchan
         assert tokens == expected
     back = slo_engine.stats().batch_limits
     assert back is not None and back.max_num_seqs == 4 and back.max_num_batched_tokens > 4
+
+    slo_engine.slo.config = SloConfig(tpot_ms=0.001, window_steps=2)  # retuned: over again
+    tokens, seen = run_all(slo_engine, "again")
+    assert tokens == expected and seen[-1].max_num_seqs < 4
 
 
 def test_the_limits_are_metrics_and_in_the_health_reply(slo_engine: LLMEngine) -> None:
