@@ -124,6 +124,7 @@ class ModelServer:
             spec.num_speculative_tokens if spec is not None else 0,
         )
         engine.metrics = self.metrics  # its buckets needed the engine's max_model_len
+        self.metrics.observe_step(engine.stats())  # the gauges from start-up: KV bytes, limits
         self.engine: EngineClient = engine
         template = ChatTemplate(self.tokenizer, cfg.tool_chat_template, cfg.family)
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
