@@ -3,8 +3,11 @@ CPU kernels' activation rounding."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from engine.llm_engine import LLMEngine
@@ -133,3 +136,34 @@ def run_staggered(
             out.setdefault(o.request_id, []).extend(o.new_token_ids)
     assert_blocks_free(engine)
     return out
+
+
+def assert_dead_rank_stops_the_engine(engine: Callable[[], LLMEngine], reason: str) -> None:
+    """Kill rank 1's actor of a multi-rank engine between two requests: the next request ends
+    with `error_kind="dead"`, the engine reports why (`reason` in it: what `check_health`
+    raises, so Serve replaces the replica) and refuses later requests with `EngineDead`.
+
+    Args:
+        engine: builds the engine (`tensor_parallel_size` or `pipeline_parallel_size` > 1).
+        reason: a part of the expected dead reason.
+    """
+    import ray
+
+    from engine.async_engine import AsyncEngine, EngineDead
+
+    front = AsyncEngine(engine)
+    try:
+
+        async def run(rid: str) -> list[Any]:
+            return [out async for out in await front.add(rid, [1, 2, 3, 4, 5], greedy(4))]
+
+        assert asyncio.run(run("before"))[-1].finish_reason == "length"
+        ray.kill(front.engine.executor.workers[1])
+        last = asyncio.run(run("after"))[-1]
+        assert (last.finish_reason, last.error_kind) == ("error", "dead"), last
+        dead = front.dead_reason()
+        assert dead is not None and reason in dead, dead
+        with pytest.raises(EngineDead):
+            asyncio.run(run("later"))
+    finally:
+        front.shutdown()

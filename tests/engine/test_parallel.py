@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import greedy, run_to_completion
+from engine_helpers import assert_dead_rank_stops_the_engine, greedy, run_to_completion
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -125,29 +125,11 @@ def test_a_dead_rank_stops_the_engine_so_its_health_check_fails(
     """A rank whose actor dies (its node left, say) fails every later step: the engine must
     stop serving, end its requests with `error_kind="dead"` and report why, so that the
     replica's `check_health` fails and Serve replaces it."""
-    import asyncio
-
-    import ray
-
-    from engine.async_engine import AsyncEngine, EngineDead
-
     path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
     config = EngineConfig(
         dtype="float32", num_kv_blocks=64, block_size=8, max_model_len=256, rank_num_cpus=0.25
     )
-    front = AsyncEngine(lambda: LLMEngine(str(path), config, tensor_parallel_size=2))
-    try:
-
-        async def run(rid: str) -> list[Any]:
-            return [out async for out in await front.add(rid, PROMPTS[0], greedy(4))]
-
-        assert asyncio.run(run("before"))[-1].finish_reason == "length"
-        ray.kill(front.engine.executor.workers[1])
-        last = asyncio.run(run("after"))[-1]
-        assert (last.finish_reason, last.error_kind) == ("error", "dead"), last
-        reason = front.dead_reason()
-        assert reason is not None and "tensor-parallel rank 1 of 2 died" in reason, reason
-        with pytest.raises(EngineDead):
-            asyncio.run(run("later"))
-    finally:
-        front.shutdown()
+    assert_dead_rank_stops_the_engine(
+        lambda: LLMEngine(str(path), config, tensor_parallel_size=2),
+        "tensor-parallel rank 1 of 2 died",
+    )

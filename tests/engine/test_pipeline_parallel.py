@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import greedy, run_to_completion, step
+from engine_helpers import assert_dead_rank_stops_the_engine, greedy, run_to_completion, step
 
 from configs.engine_config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -83,12 +83,6 @@ def test_a_dead_stage_stops_the_engine_so_its_health_check_fails(
 ) -> None:
     """The last stage's actor dies: the engine reports dead as for a dead tensor-parallel rank
     (`tests/engine/test_parallel.py`), so the replica's `check_health` fails."""
-    import asyncio
-
-    import ray
-
-    from engine.async_engine import AsyncEngine, EngineDead
-
     path = make_tiny_checkpoint("qwen2", tmp_path / "qwen2", real_vocab=False)
     config = EngineConfig(
         dtype="float32",
@@ -98,22 +92,9 @@ def test_a_dead_stage_stops_the_engine_so_its_health_check_fails(
         rank_num_cpus=0.25,
         pipeline_parallel_size=2,
     )
-    front = AsyncEngine(lambda: LLMEngine(str(path), config))
-    try:
-
-        async def run(rid: str) -> list[Any]:
-            return [out async for out in await front.add(rid, PROMPTS[0], greedy(4))]
-
-        assert asyncio.run(run("before"))[-1].finish_reason == "length"
-        ray.kill(front.engine.executor.workers[1])
-        last = asyncio.run(run("after"))[-1]
-        assert (last.finish_reason, last.error_kind) == ("error", "dead"), last
-        reason = front.dead_reason()
-        assert reason is not None and "rank 1 (pipeline stage 1) of 2 died" in reason, reason
-        with pytest.raises(EngineDead):
-            asyncio.run(run("later"))
-    finally:
-        front.shutdown()
+    assert_dead_rank_stops_the_engine(
+        lambda: LLMEngine(str(path), config), "rank 1 (pipeline stage 1) of 2 died"
+    )
 
 
 @pytest.mark.parametrize(
