@@ -10,7 +10,8 @@ context, at 128k and at 1M tokens (`-` past the deployment's `max_model_len`). A
 (DeepSeek-V4) gets a line with its kinds and its sliding-window pool. Formulas and the
 activation reserve are documented in `operate/planning/memory_plan.py`.
 Exit status 0 when every deployment fits, 1 when one cannot (a line says which and why), 2 on
-an unreadable or invalid config. Heavy imports happen when the command runs.
+an unreadable or invalid config or a deployment that cannot be planned (named; the others are
+still planned). Heavy imports happen when the command runs.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _row(plan: DeploymentPlan) -> list[str]:
     per_token = plan.kv_bytes_per_token
     return [
         plan.model_id,
-        str(plan.tensor_parallel_size),
+        f"{plan.tensor_parallel_size}"
+        + (f" x {len(plan.pipeline_stage_layers)}" if plan.pipeline_stage_layers else ""),
         dtype,
         gib(plan.weights_total),
         gib(plan.weights_per_rank),
@@ -96,13 +98,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_app_config(args.config)
-        plans = [plan_deployment(m, model_facts(m), args.card) for m in config.models]
     except ValueError as exc:
         print(f"ascend-router plan: error: {exc}", file=sys.stderr)
         return 2
+    plans, errors = [], []
+    for m in config.models:
+        try:
+            plans.append(plan_deployment(m, model_facts(m), args.card))
+        except ValueError as exc:  # the other models are still planned
+            errors.append(f"ascend-router plan: error: {m.model_id}: {exc}")
     headers = [
         "MODEL",
-        "TP",
+        "TP x PP",
         "DTYPE",
         "WEIGHTS",
         "WEIGHTS/RANK",
@@ -121,4 +128,6 @@ def run(args: argparse.Namespace) -> int:
     failing = [p for p in plans if not p.fits]
     for plan in failing:
         print(f"CANNOT FIT {plan.model_id}: {'; '.join(plan.problems)}")
-    return 1 if failing else 0
+    for error in errors:
+        print(error, file=sys.stderr)
+    return 2 if errors else 1 if failing else 0

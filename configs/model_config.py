@@ -178,6 +178,24 @@ class ModelDeploymentConfig(BaseModel):
         return self.tensor_parallel_size * self.engine.pipeline_parallel_size
 
     @model_validator(mode="after")
+    def _engine_fits_what_the_config_says_of_the_model(self) -> ModelDeploymentConfig:
+        """What is decidable from the config alone, so that `check-config` catches it (the
+        engine checks the same against the checkpoint at start-up)."""
+        partition = self.engine.pipeline_layer_partition
+        if partition is not None and self.shape is not None:
+            if sum(partition) != self.shape.num_layers:
+                raise ValueError(
+                    f"engine.pipeline_layer_partition {partition} sums to {sum(partition)}, "
+                    f"but shape.num_layers is {self.shape.num_layers}"
+                )
+        if self.family == "deepseek_v4" and self.engine.kv_cache_dtype != "auto":
+            raise ValueError(
+                f"engine.kv_cache_dtype={self.engine.kv_cache_dtype} is not supported for "
+                "DeepSeek-V4 (its hybrid caches stay in the model dtype); set kv_cache_dtype: auto"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _drafting_model_on_one_rank(self) -> ModelDeploymentConfig:
         spec = self.engine.speculative
         if spec is not None and spec.method != "ngram" and self.tensor_parallel_size != 1:

@@ -29,6 +29,7 @@ class SloConfig(BaseModel):
     tpot_ms: float | None = Field(
         None,
         gt=0,
+        allow_inf_nan=False,
         description="Time per output token to hold, milliseconds: the p90 of the wall time of "
         "the last `window_steps` decode steps (the wait of a running sequence for its next "
         "token). Over it, `max_num_seqs` and `max_num_batched_tokens` shrink; well under it "
@@ -38,6 +39,7 @@ class SloConfig(BaseModel):
     ttft_ms: float | None = Field(
         None,
         gt=0,
+        allow_inf_nan=False,
         description="Time to first token to hold, milliseconds: the p90 of queued -> first token "
         "over the last `window_steps` requests that got one. Over it while requests wait, "
         "`max_num_batched_tokens` (the prefill chunk) grows even when TPOT asks it to shrink. "
@@ -52,7 +54,10 @@ class SloConfig(BaseModel):
         "next decision waits for this many steps at the new limits.",
     )
     min_num_seqs: int = Field(
-        1, gt=0, description="Floor of the running-sequence limit (at most `max_num_seqs`)."
+        1,
+        gt=0,
+        description="Where the running-sequence limit starts (slow start) and its floor (at most "
+        "`max_num_seqs`).",
     )
     decrease_factor: float = Field(
         0.75,
@@ -66,7 +71,8 @@ class SloConfig(BaseModel):
         0.9,
         gt=0.0,
         le=1.0,
-        description="Additive increase only while the TPOT p90 is under this fraction of "
-        "`tpot_ms` (a dead band against oscillation) and requests wait: `max_num_seqs` + 1, "
-        "`max_num_batched_tokens` + 1/16 of its configured value, per decision.",
+        description="Increase only while the TPOT p90 is under this fraction of `tpot_ms` (a "
+        "dead band against oscillation) and requests wait: `max_num_seqs` x 2 until the first "
+        "cut (slow start), then + 1; `max_num_batched_tokens` + 1/16 of its configured value; "
+        "once per decision.",
     )

@@ -42,8 +42,9 @@ class EngineStats:
     compiled so far, `engine.graph_capture`, 0 in eager mode; `batch_limits`: the scheduler's
     admission limits now, the configured ones without `engine.slo`; `slo`: the latency
     controller's p90s and decision counts, None without `engine.slo`; `kv_cache_dtype` and
-    `kv_bytes_per_token`: the cache's setting and a token's bytes on a rank as stored, codes and
-    scales of an 8-bit cache included)."""
+    `kv_bytes_per_token`: the cache's element type (`int8`, `fp8_e4m3`, or the model dtype's
+    name for `auto`) and a token's bytes on a rank as stored, codes and scales of an 8-bit cache
+    included)."""
 
     num_running: int
     num_waiting: int
@@ -111,6 +112,10 @@ class LLMEngine:
         self.scheduler = parts.scheduler
         self.speculator: Speculator | None = parts.speculator
         self.kv_bytes_per_token = parts.kv_bytes_per_token
+        auto = config.kv_cache_dtype == "auto"  # the cache in the model dtype: name that one
+        self.kv_cache_dtype = (
+            str(self.dtype).removeprefix("torch.") if auto else config.kv_cache_dtype
+        )
         self.slo: SloController | None = None
         if config.slo is not None:
             self.slo = SloController(config.slo, self.scheduler.limits)
@@ -225,7 +230,7 @@ class LLMEngine:
             len(self.executor.decode_graphs_in_use()),
             self.scheduler.limits,
             self.slo.state() if self.slo is not None else None,
-            self.config.kv_cache_dtype,
+            self.kv_cache_dtype,
             self.kv_bytes_per_token,
         )
 

@@ -32,7 +32,7 @@ of the other sizes run eager): it rises to the number of `graph_batch_sizes`, on
 
 `ascend_router_kv_cache_bytes_per_token{kv_cache_dtype}` is what one token's KV takes on a rank as
 stored: with `engine.kv_cache_dtype` `int8` / `fp8_e4m3` its codes plus scales, about half the
-bf16 figure (docs/kv-cache.md).
+bf16 figure (docs/kv-cache.md); the label is the model dtype's name (`bfloat16`) for `auto`.
 
 The scheduler's admission limits are `ascend_router_engine_max_num_seqs` and
 `ascend_router_engine_max_num_batched_tokens`: the configured values, or with `engine.slo` the

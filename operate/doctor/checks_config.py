@@ -89,8 +89,10 @@ def check_memory(
         name = f"{m.model_id}: memory"
         try:
             plan = plan_deployment(m, model_facts(m), card)
-        except ValueError as exc:
-            checks.append(Check(name, Status.FAIL, str(exc), "add a `shape` section"))
+        except ValueError as exc:  # no checkpoint nor `shape` to plan from, or a bad setting
+            unknown = "`shape` section" in str(exc)
+            fix = "add a `shape` section" if unknown else "change what the message names"
+            checks.append(Check(name, Status.FAIL, str(exc), fix))
             continue
         need = plan.min_free_per_rank()
         summary = (

@@ -37,6 +37,16 @@ def test_prod_uses_npus_and_parallelism() -> None:
     assert any(m.expert_parallel and m.tensor_parallel_size > 1 for m in config.models)
 
 
+SHAPE = {
+    "num_parameters": 32763876352,
+    "num_layers": 64,
+    "num_kv_heads": 8,
+    "k_head_dim": 128,
+    "v_head_dim": 128,
+    "max_model_len": 32768,
+}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -47,8 +57,44 @@ def test_prod_uses_npus_and_parallelism() -> None:
             {"models": [{"model_id": "a", "source": {"path": "/x"}, "engine": {"blocks": 3}}]},
             "blocks",
         ),
+        (
+            {
+                "models": [
+                    {
+                        "model_id": "a",
+                        "source": {"path": "/x"},
+                        "engine": {
+                            "pipeline_parallel_size": 2,
+                            "pipeline_layer_partition": [30, 30],
+                        },
+                        "shape": SHAPE,
+                    }
+                ]
+            },
+            r"pipeline_layer_partition \[30, 30\] sums to 60, but shape.num_layers is 64",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "model_id": "a",
+                        "family": "deepseek_v4",
+                        "source": {"path": "/x"},
+                        "engine": {"kv_cache_dtype": "int8"},
+                    }
+                ]
+            },
+            "kv_cache_dtype=int8 is not supported for DeepSeek-V4",
+        ),
     ],
-    ids=["no-models", "no-source", "unknown-default", "unknown-engine-field"],
+    ids=[
+        "no-models",
+        "no-source",
+        "unknown-default",
+        "unknown-engine-field",
+        "partition-vs-shape",
+        "v4-8bit-kv",
+    ],
 )
 def test_bad_config_names_the_problem(args: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):

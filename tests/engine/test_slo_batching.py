@@ -130,6 +130,8 @@ def test_bad_slo_settings_are_refused_naming_the_fix() -> None:
         EngineConfig(max_num_seqs=8, slo={"tpot_ms": 50, "min_num_seqs": 9})
     with pytest.raises(ValidationError, match="tpot_ms"):
         SloConfig(tpot_ms=0)
+    with pytest.raises(ValidationError, match="finite number"):
+        SloConfig(tpot_ms=float("inf"))
 
 
 def test_a_lowered_limit_stops_admission_and_preempts_nobody() -> None:
