@@ -131,5 +131,7 @@ def test_only_the_decoder_linears_are_quantised(smollm2_path: str) -> None:
 
 def test_int4_with_tensor_parallel_is_refused_up_front(smollm2_path: str) -> None:
     config = EngineConfig(weight_quantization="int4", num_kv_blocks=8, max_model_len=64)
-    with pytest.raises(ValueError, match="tensor_parallel_size 1 and pipeline_parallel_size 1 only"):
+    with pytest.raises(
+        ValueError, match="tensor_parallel_size 1 and pipeline_parallel_size 1 only"
+    ):
         LLMEngine(smollm2_path, config, tensor_parallel_size=2)
