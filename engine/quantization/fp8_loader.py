@@ -189,11 +189,6 @@ def _reads_float_matrix(model: nn.Module, module_name: str, module: nn.Module) -
     return type(module).forward is not nn.Linear.forward
 
 
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent), child, module)
-
-
 def _stack_experts(
     module_name: str, module: nn.Module, parts: dict[tuple[str, int], QuantTensor]
 ) -> BlockScaledExperts:
@@ -319,12 +314,12 @@ def apply_fp8_checkpoint(
         new = BlockScaledLinear(
             tensor.codes, tensor.scale, tensor.block_size, module.in_features, bias
         )
-        _replace(model, module_name, new.to(module.weight.device))
+        model.set_submodule(module_name, new.to(module.weight.device))
         counts["linear"] += 1
     for module_name, parts in experts.items():
         module = model.get_submodule(module_name)
         device = next(module.parameters()).device
-        _replace(model, module_name, _stack_experts(module_name, module, parts).to(device))
+        model.set_submodule(module_name, _stack_experts(module_name, module, parts).to(device))
         counts["experts"] += 1
     if w8a8:
         counts["w8a8"] = convert_to_w8a8(model).modules
@@ -353,7 +348,7 @@ def convert_to_w8a8(model: nn.Module) -> W8A8Conversion:
     for name, module in list(model.named_modules()):
         if isinstance(module, BlockScaledLinear | BlockScaledExperts):
             new, err = to_w8a8(module)
-            _replace(model, name, new)
+            model.set_submodule(name, new)
             worst = max(worst, err)
             modules += 1
     logger.info(

@@ -127,11 +127,6 @@ def _check_runnable(dtype: torch.dtype) -> None:
         raise ValueError(f"W8A8 on this device needs dtype bfloat16 or float16, not {dtype}")
 
 
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent), child, module)
-
-
 def apply_quantization(model: nn.Module, ref: CheckpointRef) -> int:
     """Replace the linears (and routed experts) `quant_model_description.json` marks W8A8 /
     W8A8_DYNAMIC.
@@ -200,12 +195,13 @@ def apply_quantization(model: nn.Module, ref: CheckpointRef) -> int:
                 "linear; keep it FLOAT (ModelSlim's DeepSeek-V4 layout keeps o_a_proj/wo_a float)"
             )
         build = _static if qtype == W8A8 else _dynamic
-        _replace(model, module_name, build(files, layer, module).to(module.weight.device))
+        model.set_submodule(module_name, build(files, layer, module).to(module.weight.device))
         replaced += 1
     for module_name, parts in experts.items():
         module = model.get_submodule(module_name)
         device = next(module.parameters()).device
-        _replace(model, module_name, stack_experts(files, module_name, module, parts).to(device))
+        experts = stack_experts(files, module_name, module, parts)
+        model.set_submodule(module_name, experts.to(device))
         replaced += 1
     _check_all_placed(desc, model, names, owned)
     logger.info("%s: %d modules run %s", ref.directory, replaced, desc.model_quant_type)
