@@ -126,6 +126,15 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(
         None, gt=0, description="Context length in tokens; default: the checkpoint's."
     )
+    encoder_cache_items: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Image/audio encoder outputs kept across requests (LRU by content hash), so a "
+            "repeated image is encoded once; 0 keeps each only for its request's prefill. "
+            "Multimodal models only."
+        ),
+    )
     rank_num_cpus: float = Field(
         0.25, gt=0, description="CPUs each tensor-parallel rank actor reserves in Ray."
     )

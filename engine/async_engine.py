@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.request_stats import RequestTimes, SampleGroup
 from engine.sampling_params import SamplingParams
@@ -50,6 +51,7 @@ class _Add:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    media: tuple[MediaItem, ...]
     queue: asyncio.Queue[RequestOutput]
     loop: asyncio.AbstractEventLoop
     admitted: asyncio.Future[None]
@@ -175,12 +177,14 @@ class AsyncEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         group: SampleGroup | None = None,
+        media: tuple[MediaItem, ...] = (),
     ) -> RequestStream:
         """Queue a request; return once the engine holds it (its outputs follow in the stream).
 
         The caller validated the request (context length, token ids): the engine's own check
         is an invariant. `group`: the sample group it belongs to when one prompt is sampled
-        several times (OpenAI `n`), for the metrics.
+        several times (OpenAI `n`), for the metrics. `media`: the prompt's images and audio
+        clips (`LLMEngine.add_request`).
 
         Raises:
             EngineDead: the engine loop is not running.
@@ -189,7 +193,8 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         times = RequestTimes(time.monotonic(), group)
-        add = _Add(request_id, prompt_token_ids, params, queue, loop, loop.create_future(), times)
+        admitted = loop.create_future()
+        add = _Add(request_id, prompt_token_ids, params, media, queue, loop, admitted, times)
         self._send(add)
         try:
             await add.admitted
@@ -288,7 +293,7 @@ class AsyncEngine:
                     _settle(cmd.loop, cmd.done, result, None)
                 continue
             try:
-                self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params)
+                self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.media)
             except Exception as exc:  # reported to that caller only; the loop goes on
                 _admit(cmd, RequestRejected(str(exc)))
                 continue

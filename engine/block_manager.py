@@ -81,7 +81,13 @@ class BlockManager:
         return self.blocks_needed(num_tokens) <= self.num_blocks
 
     def chain(self, seq: Sequence, upto_blocks: int) -> list[bytes]:
-        """Digests of the sequence's first `upto_blocks` full blocks (memoised on the sequence)."""
+        """Digests of the sequence's first `upto_blocks` full blocks (memoised on the sequence).
+
+        A block's digest chains its predecessor's, its token ids, the sequence's `cache_key` and
+        the `content_hash` of every media item with a placeholder token in the block (as vLLM's
+        `hash_block_tokens` adds multimodal hashes as extra keys), so two prompts with the same
+        text and different images share no block from the first image on.
+        """
         tokens = seq.token_ids()
         bs = self.block_size
         key = b"" if seq.cache_key is None else str(seq.cache_key).encode()
@@ -90,6 +96,9 @@ class BlockManager:
             digest = hashlib.sha256(seq.block_hashes[-1] if seq.block_hashes else b"root")
             digest.update(array("q", tokens[i * bs : (i + 1) * bs]).tobytes())
             digest.update(key)
+            for item in seq.media:  # placeholder tokens are equal for every image: key on it
+                if item.offset < (i + 1) * bs and item.end > i * bs:
+                    digest.update(item.content_hash)
             seq.block_hashes.append(digest.digest())
         return seq.block_hashes[:upto_blocks]
 

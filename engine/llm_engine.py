@@ -21,6 +21,7 @@ from configs.engine_config import EngineConfig
 from engine.engine_builder import build_engine
 from engine.executor import Executor, ExecutorDead
 from engine.lora.manager import LoraManager, LoraStats
+from engine.multimodal.inputs import MediaItem, config_modalities
 from engine.outputs import RequestOutput
 from engine.postprocess import OutputProcessor, sampling_rows
 from engine.prompt_logprobs import PromptLogprobRows
@@ -103,6 +104,8 @@ class LLMEngine:
         self.dtype = parts.dtype
         self.device = parts.device
         self.vocab_size = int(parts.hf_config.vocab_size)
+        self.input_modalities = config_modalities(parts.hf_config)
+        """The media the model takes besides text (`engine.multimodal.inputs.Modality`)."""
         self.eos_token_ids = parts.eos_token_ids
         self.max_model_len = parts.max_model_len
         self.threads = parts.threads
@@ -129,14 +132,24 @@ class LLMEngine:
     # ---- requests -------------------------------------------------------------------------
 
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        media: tuple[MediaItem, ...] = (),
     ) -> None:
         """Queue a request. The caller has validated it (the model replica answers a bad one
         with a 400), so a prompt that is empty, out of vocabulary or over the context here is
         a bug: `AssertionError`.
 
+        Args:
+            media: the prompt's images and audio clips, each over its placeholder tokens
+                (`engine.multimodal.inputs.MediaItem`), in any order.
+
         Raises:
-            ValueError: `params.lora` names no loaded adapter (or LoRA is off).
+            ValueError: `params.lora` names no loaded adapter (or LoRA is off); a media item
+                of a modality the model does not take, outside the prompt, overlapping another,
+                or longer than `max_num_batched_tokens` (an item is prefilled in one step).
         """
         n = len(prompt_token_ids)
         assert 0 < n and n + params.max_tokens <= self.max_model_len, (
@@ -150,14 +163,42 @@ class LLMEngine:
         lora_id = None
         if params.lora is not None:
             lora_id = self._lora_on().ref(params.lora).lora_id
+        items = self._check_media(media, n)
         seq = Sequence(request_id, list(prompt_token_ids), params, next(self._arrivals))
         seq.lora_id = seq.cache_key = lora_id
+        seq.media = items
         if params.seed is not None:
             seq.generator = torch.Generator().manual_seed(params.seed)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
         if self.slo is not None:
             self.slo.queued(request_id, time.monotonic())
+
+    def _check_media(self, media: tuple[MediaItem, ...], prompt_len: int) -> tuple[MediaItem, ...]:
+        """`media` sorted by offset, once checked against the model and the prompt (see
+        `add_request`'s errors)."""
+        items = tuple(sorted(media, key=lambda m: m.offset))
+        budget = self.config.max_num_batched_tokens
+        previous_end = 0
+        for item in items:
+            if item.modality not in self.input_modalities:
+                takes = ", ".join(sorted(self.input_modalities)) or "text only"
+                raise ValueError(
+                    f"this model does not take {item.modality} input (it takes: {takes})"
+                )
+            if item.length <= 0 or item.offset < previous_end or item.end > prompt_len:
+                raise ValueError(
+                    f"a {item.modality} item at tokens [{item.offset}, {item.end}) is outside "
+                    f"the {prompt_len}-token prompt or overlaps another item"
+                )
+            if item.length > budget:
+                raise ValueError(
+                    f"a {item.modality} item of {item.length} tokens is over the engine's "
+                    f"max_num_batched_tokens {budget} (an item is prefilled in one step): send "
+                    "a smaller image or a shorter clip"
+                )
+            previous_end = item.end
+        return items
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks; False if it is unknown or already finished."""

@@ -9,7 +9,9 @@ Each step, running sequences go first in that order (one decode token each, or t
 a prompt still in prefill), then waiting sequences are admitted in that order while the token
 budget (`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the free KV blocks allow;
 with LoRA, a waiting sequence of a further adapter past `max_loras` is passed over. Prompts
-longer than the remaining budget are prefilled in chunks over several steps. A decoding sequence
+longer than the remaining budget are prefilled in chunks over several steps; a chunk never ends
+inside an image's or audio clip's placeholder tokens (the item waits for the next step, or, at
+the head of a step, takes the step whole: `Sequence.prefill_end`). A decoding sequence
 with speculative draft tokens (`engine.spec_decode`) runs them after its last token in the same
 step when the budget and the free blocks allow, else decodes plainly. When a running sequence
 needs a block and none is free, the least urgent running sequence (the largest sort key: the
@@ -134,6 +136,17 @@ class Scheduler:
         self._wait(seq)
         self.num_preemptions += 1
 
+    @staticmethod
+    def _chunk(seq: Sequence, budget: int, first: bool) -> int:
+        """Tokens of `seq` to compute this step: what is left, at most `budget`, cut so that
+        no media item's placeholder run is split over two chunks (`Sequence.prefill_end`; the
+        step's first chunk may exceed `budget` to take a whole item)."""
+        start = seq.num_computed_tokens
+        end = start + min(seq.num_tokens - start, budget)
+        if seq.media:
+            end = seq.prefill_end(start, end, may_exceed=first)
+        return end - start
+
     def _draft(self, seq: Sequence, n: int, budget: int) -> tuple[int, ...]:
         """The draft tokens a decoding sequence verifies this step, as many as the token
         budget and free blocks allow: a draft never preempts anyone."""
@@ -154,7 +167,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = self._chunk(seq, budget, first=not scheduled)
+            if n == 0:  # a media item that does not fit what is left of the budget
+                i += 1
+                continue
             draft = self._draft(seq, n, budget)
             target = seq.num_computed_tokens + n
             while not self.block_manager.ensure_capacity(seq, target):
@@ -182,7 +198,10 @@ class Scheduler:
             if not seq.block_table and seq.params.prompt_logprobs is None:
                 # prompt logprobs need every prompt position computed, so no cache hits then
                 self.block_manager.match_prefix(seq)
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = self._chunk(seq, budget, first=not scheduled)
+            if n == 0:  # its next media item waits for a step with the budget for it
+                self.block_manager.free(seq)
+                break
             target = seq.num_computed_tokens + n
             if not self.block_manager.ensure_capacity(seq, target):
                 self.block_manager.free(seq)  # do not hold cache hits while waiting

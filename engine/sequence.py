@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import TokenLogprob
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.state import SpecState
@@ -54,6 +55,8 @@ class Sequence:
             (`engine.spec_decode`); not part of the sequence until verified.
         spec: its speculation state (acceptance average, token mirror); None until the
             speculator first sees it, and always with speculation off.
+        media: the prompt's images and audio clips, by offset (`engine.multimodal.inputs`);
+            empty for a text prompt.
     """
 
     request_id: str
@@ -75,6 +78,7 @@ class Sequence:
     num_cached_tokens: int = 0
     draft_token_ids: list[int] = field(default_factory=list)
     spec: SpecState | None = None
+    media: tuple[MediaItem, ...] = ()
     _tokens: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +88,25 @@ class Sequence:
         """Record one generated token (the only way outputs grow, so `token_ids` stays whole)."""
         self.output_token_ids.append(token)
         self._tokens.append(token)
+
+    def prefill_end(self, start: int, end: int, may_exceed: bool) -> int:
+        """Where a prefill chunk `[start, end)` may end without splitting a media item.
+
+        An item that straddles `end` moves the end back to the item's first token; one that
+        began at or before `start` (the chunk starts inside or at it) cannot move back, so the
+        chunk ends after it when `may_exceed` (the step's first chunk: the engine refused items
+        longer than the configured token budget when the request came) and at `start` (no
+        chunk this step) otherwise.
+
+        Returns:
+            The chunk's end, `start <= result`; `end` when no item straddles it.
+        """
+        for item in self.media:
+            if item.offset < end < item.end:
+                if item.offset > start:
+                    return item.offset
+                return item.end if may_exceed else start
+        return end
 
     @property
     def sort_key(self) -> tuple[int, int]:

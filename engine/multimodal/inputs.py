@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
+from transformers import PretrainedConfig
 
 Modality = Literal["image", "audio"]
 """The media kinds a request may carry (text is implicit)."""
@@ -65,3 +66,14 @@ def media_hash(modality: Modality, data: dict[str, torch.Tensor]) -> bytes:
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
         digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.digest()
+
+
+def config_modalities(config: PretrainedConfig) -> frozenset[Modality]:
+    """The media a checkpoint's config takes: "image" with a `vision_config` (Qwen2.5-VL),
+    "audio" with an `audio_config` (Qwen2-Audio); empty for a text model."""
+    kinds: set[Modality] = set()
+    if getattr(config, "vision_config", None) is not None:
+        kinds.add("image")
+    if getattr(config, "audio_config", None) is not None:
+        kinds.add("audio")
+    return frozenset(kinds)
