@@ -7,11 +7,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.engine_config import EngineConfig
+from configs.media_limits import MediaLimits
 from configs.model_shape import ModelShape
 from configs.model_source import ModelSource
 from configs.monitoring import MonitoringConfig
 from configs.named_keys import check_known_keys
-from configs.policy_config import ModelCapabilities, PolicyConfig
+from configs.policy_config import TEXT_ONLY, InputModalities, ModelCapabilities, PolicyConfig
 from configs.policy_validation import check_policy
 from configs.preprocessing import Preprocessing
 from configs.priorities import Priorities
@@ -164,6 +165,17 @@ class ModelDeploymentConfig(BaseModel):
         gt=0,
         description="Seconds one engine step may run before the replica counts as stuck: its "
         "health check then fails and Ray Serve replaces it.",
+    )
+    input_modalities: InputModalities = Field(
+        default_factory=lambda: list(TEXT_ONLY),
+        description="What the model takes in: `text` (always), `image` (`image_url` content "
+        "parts), `audio` (`input_audio` content parts); the router sends a request only to "
+        "models that take every modality it holds.",
+    )
+    media: MediaLimits = Field(
+        default_factory=MediaLimits,
+        description="Limits on the images and audio of one request, and whether http(s) URLs "
+        "are fetched (`configs.media_limits`); used by multimodal checkpoints only.",
     )
     engine_class: str | None = Field(
         None,
@@ -400,6 +412,7 @@ class RouterAppConfig(BaseModel):
                 supports_tools=m.supports_tools,
                 supports_structured_output=True,
                 supports_streaming=True,
+                input_modalities=m.input_modalities,
             )
             caps.update(dict.fromkeys(m.adapters, caps[m.model_id]))
         return caps

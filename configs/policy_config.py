@@ -3,9 +3,12 @@
 Example (YAML)::
 
     aliases:
-      auto: [qwen3-8b, qwen3-32b]
+      auto: [qwen3-8b, qwen3-32b, qwen2-audio-7b]
       fast: [qwen3-8b]
     rules:
+      - name: audio
+        when: {has_audio: true}
+        targets: [qwen2-audio-7b]
       - name: tool-calls
         when: {has_tools: true}
         targets: [qwen3-32b, qwen3-8b]
@@ -27,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Container
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 AUTO_ALIAS = "auto"
 """The alias of a request that omits `model`."""
@@ -39,6 +42,34 @@ ToolChoiceKind = Literal["none", "auto", "required", "named"]
 
 ResponseFormatKind = Literal["text", "json_object", "json_schema"]
 """`response_format.type`."""
+
+InputModality = Literal["text", "image", "audio"]
+"""What a model takes in: text, images (`image_url` content parts), audio (`input_audio` parts)."""
+
+MediaModality = Literal["image", "audio"]
+"""The input modalities other than text, which a request holds in its content parts."""
+
+
+def _takes_text(modalities: list[InputModality]) -> list[InputModality]:
+    """Every chat model takes text (a VLM's or Qwen2-Audio's prompt is text around the media),
+    and a modality listed twice is a typo."""
+    if "text" not in modalities:
+        raise ValueError(
+            f"input_modalities {modalities} lacks 'text': every served model takes a text "
+            "prompt (media parts come with one); add 'text'"
+        )
+    twice = sorted({m for m in modalities if modalities.count(m) > 1})
+    if twice:
+        raise ValueError(f"input_modalities lists {twice[0]!r} more than once")
+    return modalities
+
+
+TEXT_ONLY: tuple[InputModality, ...] = ("text",)
+"""The default `input_modalities`: a text model."""
+
+InputModalities = Annotated[list[InputModality], AfterValidator(_takes_text)]
+"""A model's `input_modalities` config key: a list of `text`, `image`, `audio` that holds
+`text`, each at most once (`ValueError` otherwise)."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -57,6 +88,12 @@ class ModelCapabilities(BaseModel):
     )
     supports_streaming: bool = Field(
         default=True, description="Whether the deployment can answer with SSE streaming."
+    )
+    input_modalities: InputModalities = Field(
+        default_factory=lambda: list(TEXT_ONLY),
+        description="What the model takes in: `text` (always), `image` (`image_url` content "
+        "parts), `audio` (`input_audio` content parts). A request holding a modality the model "
+        "does not take is never sent to it.",
     )
 
 
@@ -95,6 +132,16 @@ class Condition(BaseModel):
     has_tools: bool | None = Field(
         default=None,
         description="Whether the request must (true) or must not (false) declare tools.",
+    )
+    has_image: bool | None = Field(
+        default=None,
+        description="Whether the request must (true) or must not (false) hold an image "
+        "(an `image_url` content part in any message).",
+    )
+    has_audio: bool | None = Field(
+        default=None,
+        description="Whether the request must (true) or must not (false) hold audio (an "
+        "`input_audio` content part in any message).",
     )
     tool_choice: list[ToolChoiceKind] | None = Field(
         default=None,

@@ -15,7 +15,7 @@ _LIST_FIELDS = ("model", "tool_choice", "response_format", "tenant", "priority")
 _UPPER_BOUNDS = ("temperature_lte", "top_p_lte", "max_tokens_lte", "prompt_tokens_lte")
 _LOWER_BOUNDS = ("temperature_gte", "max_tokens_gte", "prompt_tokens_gt")
 _SET_FIELDS = ("tool_choice", "response_format", "tenant", "priority")
-_EXACT_FIELDS = ("stream", "has_tools")
+_EXACT_FIELDS = ("stream", "has_tools", "has_image", "has_audio")
 
 
 def check_policy(policy: PolicyConfig, models: dict[str, ModelCapabilities]) -> None:
@@ -30,7 +30,8 @@ def check_policy(policy: PolicyConfig, models: dict[str, ModelCapabilities]) -> 
             unknown model id, an alias named like a model, a bad threshold (negative tokens,
             temperature outside [0, 2], top_p outside [0, 1], an empty range), an empty list, a
             duplicate rule name, a rule that can never be reached or never yield a capable
-            target, a `model_names` pattern that maps to neither a model nor an alias.
+            target (e.g. `has_audio: true` with no target taking audio), a `model_names`
+            pattern that maps to neither a model nor an alias.
     """
     for name in policy.alias_names():
         if name in models:
@@ -157,6 +158,12 @@ def _check_feasible(where: str, rule: Rule, models: dict[str, ModelCapabilities]
         ),
         "supports_streaming (when.stream is true)": (
             when.stream is True and not any(c.supports_streaming for c in caps)
+        ),
+        "'image' in input_modalities (when.has_image is true)": (
+            when.has_image is True and not any("image" in c.input_modalities for c in caps)
+        ),
+        "'audio' in input_modalities (when.has_audio is true)": (
+            when.has_audio is True and not any("audio" in c.input_modalities for c in caps)
         ),
         f"a context fitting its smallest request (~{min_prompt} prompt + {min_completion} "
         "completion tokens)": all(

@@ -15,7 +15,8 @@ class Rejection:
     """Why a model cannot serve a request.
 
     Attributes:
-        param: The request field at fault (OpenAI error `param`), e.g. `"max_tokens"`.
+        param: The request field at fault (OpenAI error `param`), e.g. `"max_tokens"`, or the
+            content part a model cannot read, e.g. `"messages[0].content[1]"`.
         reason: Human-readable explanation with the numbers involved.
         estimated: The rejection rests on the prompt-length estimate (context length), which
             only routes: when no model passes, such models are still tried, and the replica's
@@ -30,18 +31,24 @@ class Rejection:
 def check_capabilities(features: RequestFeatures, caps: ModelCapabilities) -> Rejection | None:
     """Check a request against one model's capabilities.
 
-    Capabilities are checked first, the context last (so a rejection for context means every
-    capability is there). The context check uses the estimated prompt tokens: prompt +
-    `max_tokens` must fit in `context_length`; without `max_tokens`, the prompt must leave
-    room for one token.
+    The input modalities are checked first (a model that cannot read the request's images or
+    audio cannot serve it at all), then the other capabilities, the context last (so a
+    rejection for context means every capability is there). The context check uses the
+    estimated prompt tokens: prompt + `max_tokens` must fit in `context_length`; without
+    `max_tokens`, the prompt must leave room for one token.
 
     Args:
         features: The request's features.
         caps: The model's capabilities.
 
     Returns:
-        `None` when the model can serve the request, else the first failed check.
+        `None` when the model can serve the request, else the first failed check; a missing
+        modality's `param` locates the request's first part of it (e.g.
+        `messages[0].content[1]`) and its reason reads `does not take image input`.
     """
+    for modality, param in features.media.items():
+        if modality not in caps.input_modalities:
+            return Rejection(param, f"does not take {modality} input")
     if features.has_tools and not caps.supports_tools:
         return Rejection("tools", "does not support tools")
     if features.response_format != "text" and not caps.supports_structured_output:

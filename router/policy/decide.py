@@ -52,8 +52,9 @@ def decide(
     whose targets is in the alias; the first whose condition holds wins and its targets,
     restricted to the alias's models, are the candidates.
     With no rule matching, `auto` uses `default_targets` and any other alias its own models.
-    Then models that lack a needed capability (context, tools, structured output, streaming)
-    or are unhealthy are filtered out; `least_loaded` rules sort what is left by load.
+    Then models that lack a needed capability (an input modality, context, tools, structured
+    output, streaming) or are unhealthy are filtered out; `least_loaded` rules sort what is
+    left by load.
 
     Args:
         features: The request's features (`extract_features`).
@@ -67,7 +68,9 @@ def decide(
     Raises:
         UnknownModel: `model` is neither a served model id nor an alias, and matches no
             `model_names` pattern (HTTP 404).
-        NoModelCanServe: No candidate has the capabilities the request needs (HTTP 400).
+        NoModelCanServe: No candidate has the capabilities the request needs (HTTP 400); when a
+            candidate lacks one of the request's modalities, the message ends with the served
+            models that take it, e.g. `models taking audio input: none`.
         NoHealthyModel: Capable candidates exist but none is healthy (HTTP 503).
     """
     requested = features.model if features.model is not None else AUTO_ALIAS
@@ -160,8 +163,9 @@ def _filter(
             raise NoHealthyModel(
                 f"no healthy model can serve this request ({why}): {detail}", rejected
             )
+        takers = _modality_takers(features, targets, models)
         raise NoModelCanServe(
-            f"no model can serve this request ({why}): {detail}", params[0], rejected
+            f"no model can serve this request ({why}): {detail}{takers}", params[0], rejected
         )
     reason = why
     if pick == "least_loaded":
@@ -171,3 +175,17 @@ def _filter(
     if rejected:
         reason += f"; filtered out {detail}"
     return Decision(candidates=tuple(eligible), rule=label, reason=reason, rejected=rejected)
+
+
+def _modality_takers(
+    features: RequestFeatures, targets: list[str], models: dict[str, ModelCapabilities]
+) -> str:
+    """For each of the request's media modalities some target lacks, the served models that
+    take it (where the client could send the request instead), as a message suffix."""
+    suffix = ""
+    for modality in features.media:
+        if all(modality in models[target].input_modalities for target in targets):
+            continue
+        takers = [model for model, caps in models.items() if modality in caps.input_modalities]
+        suffix += f"; models taking {modality} input: {', '.join(takers) or 'none'}"
+    return suffix

@@ -7,14 +7,18 @@ once); it never tokenises, so it is cheap enough for every request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from configs.policy_config import ResponseFormatKind, ToolChoiceKind
+from configs.policy_config import MediaModality, ResponseFormatKind, ToolChoiceKind
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from router.policy.prompt_tokens import estimate_chat_tokens, estimate_completion_tokens
 
 InputField = Literal["messages", "prompt"]
+
+_PART_MODALITY: dict[str, MediaModality] = {"image_url": "image", "input_audio": "audio"}
+"""OpenAI chat content-part `type` → the modality it carries (`file` parts carry none: the
+replica refuses them)."""
 
 TENANT_HEADER = "x-ascend-router-tenant"
 PRIORITY_HEADER = "x-ascend-router-priority"
@@ -41,6 +45,8 @@ class RequestFeatures:
         priority: Value of the `x-ascend-router-priority` header, if any.
         input_field: Where the prompt came from (`"messages"` for chat, `"prompt"` for
             completions); names the field in errors about prompt length.
+        media: Each non-text modality the request holds → the OpenAI `param` of its first part,
+            e.g. `{"image": "messages[1].content[0]"}`; empty for a text-only request.
     """
 
     model: str | None = None
@@ -55,6 +61,17 @@ class RequestFeatures:
     tenant: str | None = None
     priority: str | None = None
     input_field: InputField = "messages"
+    media: Mapping[MediaModality, str] = field(default_factory=dict)
+
+    @property
+    def has_image(self) -> bool:
+        """Whether any message holds an `image_url` content part."""
+        return "image" in self.media
+
+    @property
+    def has_audio(self) -> bool:
+        """Whether any message holds an `input_audio` content part."""
+        return "audio" in self.media
 
 
 @dataclass(frozen=True)
@@ -97,16 +114,19 @@ def extract_features(
     Returns:
         The request's features. `estimated_prompt_tokens` is a cheap estimate, not a token
         count: ceil(characters / 4) over all text (see `router.policy.prompt_tokens`).
+        `media` locates the first `image_url` and `input_audio` part of a chat request.
     """
     if isinstance(request, ChatCompletionRequest):
         input_field: InputField = "messages"
         prompt_tokens = estimate_chat_tokens(request)
         tool_choice = request.resolved_tool_choice().kind
         response_format = request.response_format_kind()
+        media = _media_parts(request)
     else:
         input_field = "prompt"
         prompt_tokens = estimate_completion_tokens(request.prompt)
         tool_choice, response_format = "none", "text"
+        media = {}
     return RequestFeatures(
         model=request.model,
         temperature=request.temperature,
@@ -120,7 +140,21 @@ def extract_features(
         tenant=_header(headers, TENANT_HEADER),
         priority=_header(headers, PRIORITY_HEADER),
         input_field=input_field,
+        media=media,
     )
+
+
+def _media_parts(request: ChatCompletionRequest) -> dict[MediaModality, str]:
+    """Each media modality in the messages' content parts → the `param` of its first part."""
+    media: dict[MediaModality, str] = {}
+    for i, message in enumerate(request.messages):
+        if message.content is None or isinstance(message.content, str):
+            continue
+        for j, part in enumerate(message.content):
+            modality = _PART_MODALITY.get(part.type)
+            if modality is not None and modality not in media:
+                media[modality] = f"messages[{i}].content[{j}]"
+    return media
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

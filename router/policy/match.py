@@ -29,6 +29,8 @@ def condition_matches(condition: Condition, features: RequestFeatures, alias: st
         and _in_range(f.max_tokens, lte=c.max_tokens_lte, gte=c.max_tokens_gte)
         and (c.stream is None or f.stream == c.stream)
         and (c.has_tools is None or f.has_tools == c.has_tools)
+        and (c.has_image is None or f.has_image == c.has_image)
+        and (c.has_audio is None or f.has_audio == c.has_audio)
         and (c.tool_choice is None or f.tool_choice in c.tool_choice)
         and (c.response_format is None or f.response_format in c.response_format)
         and (c.prompt_tokens_gt is None or f.estimated_prompt_tokens > c.prompt_tokens_gt)
