@@ -5,6 +5,7 @@ Run before `serve run configs/families.yaml`, which serves them next to SmolLM2:
     ascend-router make-tiny-models        # .tiny_models/{qwen2,deepseek_v3,deepseek_v4}
     ascend-router make-tiny-models --out DIR --families qwen2,qwen3,deepseek_v3
     ascend-router make-tiny-models --families deepseek_v3_fp8,deepseek_v4_fp8
+    ascend-router make-tiny-models --families qwen2_5_vl,qwen2_audio
 
 Each family goes to `DIR/<family>` (replaced if present): safetensors shards with their index,
 `config.json`, `generation_config.json` (`fixtures.tiny_checkpoints`), and `tokenizer.json` /
@@ -16,6 +17,12 @@ model architecture are the real ones. Nothing is downloaded.
 (`fixtures.fp8_checkpoints.make_fp8_checkpoint`: block-scaled e4m3 weights in 16 x 16 blocks, V4's
 routed experts MXFP4), with `quantization_config` in `config.json`, so `serve run` loads them as
 it loads DeepSeek's FP8 releases (docs/quantization.md).
+
+`qwen2_5_vl` (Qwen2.5-VL: vision tower, M-RoPE language model) and `qwen2_audio` (Qwen2-Audio:
+Whisper-style audio encoder) are written by `fixtures.tiny_multimodal.
+make_tiny_multimodal_checkpoint`, with their `preprocessor_config.json` (the Qwen2-VL image
+processor; the Whisper feature extractor, 16 kHz, 128 mel bins) beside the weights, and their
+tokenizers carry the chat templates that place the image and audio placeholders.
 """
 
 from __future__ import annotations
@@ -27,7 +34,16 @@ from pathlib import Path
 
 DEFAULT_OUT = Path(".tiny_models")
 DEFAULT_FAMILIES = ("qwen2", "deepseek_v3", "deepseek_v4")
-FAMILIES = ("deepseek_v3", "deepseek_v32", "deepseek_v4", "qwen2", "qwen3", "qwen3_moe")
+FAMILIES = (
+    "deepseek_v3",
+    "deepseek_v32",
+    "deepseek_v4",
+    "qwen2",
+    "qwen2_5_vl",
+    "qwen2_audio",
+    "qwen3",
+    "qwen3_moe",
+)
 """The families with a shipped tokenizer (`fixtures.family_tokenizers.FAMILY_TOKENIZERS`, kept
 equal by tests/cli/test_cli_startup.py), spelled here so that the CLI starts without importing
 transformers."""
@@ -35,6 +51,9 @@ FP8_SUFFIX = "_fp8"
 FP8_FAMILIES = ("deepseek_v3", "deepseek_v4")
 """Families also written in their FP8 layout as `<family>_fp8` (`fixtures.fp8_checkpoints.
 FP8_FAMILIES`, kept equal by tests/cli/test_tiny_fp8_models.py)."""
+MULTIMODAL_FAMILIES = ("qwen2_5_vl", "qwen2_audio")
+"""Families with an image or audio encoder (`fixtures.tiny_multimodal.MULTIMODAL_FAMILIES`, kept
+equal by tests/cli/test_tiny_multimodal_models.py)."""
 CHOICES = (*FAMILIES, *(f + FP8_SUFFIX for f in FP8_FAMILIES))
 """Every family name `--families` takes."""
 
@@ -51,6 +70,7 @@ def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path
     from fixtures.family_tokenizers import save_family_tokenizer
     from fixtures.fp8_checkpoints import make_fp8_checkpoint
     from fixtures.tiny_checkpoints import make_tiny_checkpoint
+    from fixtures.tiny_multimodal import make_tiny_multimodal_checkpoint
 
     known = list(CHOICES)
     unknown = [f for f in families if f not in known]
@@ -64,6 +84,8 @@ def make_tiny_models(out: Path, families: list[str], seed: int = 0) -> list[Path
         base = family.removesuffix(FP8_SUFFIX)
         if base != family:
             make_fp8_checkpoint(base, staging, real_vocab=True, seed=seed)
+        elif family in MULTIMODAL_FAMILIES:
+            make_tiny_multimodal_checkpoint(family, staging, seed=seed)
         else:
             make_tiny_checkpoint(family, staging, real_vocab=True, seed=seed)
         save_family_tokenizer(base, staging)

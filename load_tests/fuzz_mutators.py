@@ -5,7 +5,8 @@ may change in place) and the endpoint, and returns the new body: a dict, or fina
 the body cannot be built as a Python object first (nesting deeper than `json` recurses, `NaN`
 literals, malformed JSON, raw lone surrogates). `MUTATORS` lists each family with its weight
 and the endpoints it applies to. Hostile strings, nesting and sizes live in
-`fuzz_hostile_mutators`, the chat-only families in `fuzz_chat_mutators`, the Messages and
+`fuzz_hostile_mutators`, the chat-only families in `fuzz_chat_mutators` (image and audio parts
+in `fuzz_media_mutators`), the Messages and
 Responses ones in `fuzz_agent_mutators`, the building blocks in `fuzz_bodies`.
 """
 
@@ -42,6 +43,7 @@ from load_tests.fuzz_hostile_mutators import (
     mutate_hostile_strings,
     mutate_huge_sizes,
 )
+from load_tests.fuzz_media_mutators import mutate_media_parts
 
 WRONG_VALUES: dict[str, list[Any]] = {
     "str": [{"k": "v"}, [1, "a"], 1.5, True, -1, [], {}],
@@ -214,6 +216,7 @@ MUTATORS: dict[str, tuple[Mutator, int, tuple[str, ...]]] = {
     "malformed_history": (mutate_malformed_history, 2, ("chat",)),
     "bad_role": (mutate_bad_role, 3, ("chat",)),
     "bad_content_part": (mutate_bad_content_part, 2, ("chat",)),
+    "media_parts": (mutate_media_parts, 3, ("chat",)),
     **AGENT_MUTATORS,
 }
 """Family name -> (mutator, weight, endpoints)."""

@@ -5,15 +5,17 @@ The verdict runs the router's own edge checks in the order the ingress does:
 the edge's own translation (`AnthropicEdge.chat_body` / `count_body`,
 `ResponsesEdge.chat_body`: the API's validation and cross-field rules); then
 `validation.parse_request` of the chat (or `/tokenize`) body with the default `RequestLimits`
-(schema, counts, schema sizes); and an unknown `model`.
+(schema, counts, schema sizes); an unknown `model`; and for chat, image and audio parts that
+every model's replica refuses (`media_refusal`: the replica's own decoders of `deployments.media`
+under the default `MediaLimits`).
 
 What it cannot know, and counts as served: the checks a replica makes (a lone UTF-16 surrogate
-in prompt text, a prompt over the context, an image for a text-only model, a chat template that
-raises), as for chat. And what it cannot know, and counts as refused: a model name that only the
-server's policy `model_names` globs map (only `models` and `aliases` are known here: base bodies
-name a served model), and a `previous_response_id` the server stored (the local store is always
-empty; the fuzzer never learns the ids the server makes, so on the server too it names nothing:
-404).
+in prompt text, a prompt over the context, a chat template that raises, a valid image or audio
+clip for a model that does not read it), as for chat. And what it cannot know, and counts as
+refused: a model name that only the server's policy `model_names` globs map (only `models` and
+`aliases` are known here: base bodies name a served model), and a `previous_response_id` the
+server stored (the local store is always empty; the fuzzer never learns the ids the server
+makes, so on the server too it names nothing: 404).
 """
 
 from __future__ import annotations
@@ -22,10 +24,19 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from configs.media_limits import MediaLimits
 from configs.request_limits import RequestLimits
+from deployments.media.audio import decode_audio
+from deployments.media.images import decode_image
+from deployments.media.sources import decode_base64, read_image_url
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.limits import parse_body
-from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.requests import (
+    AudioPart,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ImagePart,
+)
 from deployments.protocol.tokenize import TokenizeChatRequest
 from deployments.protocol.validation import parse_request
 from router.apis.anthropic import AnthropicEdge
@@ -48,6 +59,8 @@ _ANTHROPIC = AnthropicEdge()
 _RESPONSES = ResponsesEdge(ResponseStore())  # never stores: nothing is answered here
 
 Request = ChatCompletionRequest | CompletionRequest
+AUDIO_RATE = 16_000
+"""The rate clips are decoded at (Whisper's feature extractor's, Hz); any rate reads the same."""
 
 
 def chat_request(endpoint: Endpoint, obj: Any, limits: RequestLimits) -> Request:
@@ -94,4 +107,44 @@ def local_verdict(
         return True, f"{EDGE_FAILURE}{type(exc).__name__}: {exc!r}"[:300], None
     if request.model is not None and request.model not in (*models, *aliases):
         return True, f"unknown model {request.model!r}"[:300], None
+    if endpoint == "chat" and (refusal := media_refusal(request, MediaLimits())):
+        return True, refusal[:300], None
     return False, "", request
+
+
+def media_refusal(request: Request, limits: MediaLimits) -> str:
+    """Why every served model refuses the request's image and audio parts, "" if a model that
+    reads their modality would load them.
+
+    A text-only model refuses any media part; a multimodal one (`deployments.media.loader`)
+    reads one modality, in user messages, within `limits`' counts, and files its decoders can
+    read. Runs those decoders (`sources`, `images`, `audio`); `http(s)` URLs are refused
+    unfetched, as under the default `allow_urls=False`.
+    """
+    if not isinstance(request, ChatCompletionRequest):
+        return ""
+    parts = [
+        (f"messages[{i}].content[{j}]", message.role, part)
+        for i, message in enumerate(request.messages)
+        if isinstance(message.content, list)
+        for j, part in enumerate(message.content)
+        if isinstance(part, (ImagePart, AudioPart))
+    ]
+    images = sum(isinstance(part, ImagePart) for _, _, part in parts)
+    if images and images < len(parts):
+        return "image and audio parts in one request: each served model reads one of them"
+    if images > limits.max_images or len(parts) - images > limits.max_audios:
+        return f"{len(parts)} media parts, over media.max_images/max_audios"
+    try:
+        for param, role, part in parts:
+            if role != "user":
+                return f"{param}: media outside a user message"
+            if isinstance(part, ImagePart):
+                raw = read_image_url(part.image_url.url, limits, param)
+                decode_image(raw, limits, param)
+            else:
+                raw = decode_base64(part.input_audio.data, limits, param)
+                decode_audio(raw, part.input_audio.format, AUDIO_RATE, limits, param)
+    except OpenAIError as exc:
+        return str(exc)
+    return ""

@@ -7,8 +7,9 @@ serving path"), W8A8 linears call `dynamic_quant`/`quant_matmul`, and `engine.at
 `paged_decode_attention` for decode tokens (prefill attention is still its own SDPA), DeepSeek's
 MLA calls `mla_prolog` and `mla_decode_attention` (`engine.mla_attention`), DeepSeek-V4's
 attention `kv_compress`, `lightning_indexer` and `sparse_shared_kv_attention`
-(`engine.deepseek_v4.attention`), and LoRA linears call `grouped_lora` on steps with LoRA
-requests (`engine.lora.layer`).
+(`engine.deepseek_v4.attention`), LoRA linears call `grouped_lora` on steps with LoRA
+requests (`engine.lora.layer`), and the vision and audio encoders' attention modules call
+`encoder_attention` (`engine.multimodal.encoder_attention`).
 The op list and its implementations are in `npu_ops.ops.catalog`; selection rules in
 `npu_ops.ops.registry`. Override one op for debugging with
 `ASCEND_ROUTER_OP_IMPL="rms_norm=reference,swiglu=npu"`.

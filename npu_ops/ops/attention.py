@@ -46,10 +46,14 @@ def check_lens(q_lens: list[int], kv_lens: list[int], t_q: int, t_kv: int) -> No
             raise ValueError(f"a sequence has {q} queries but only {kv} keys; need q_len <= kv_len")
 
 
-def _attend(
+def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_offset: int | None
 ) -> torch.Tensor:
-    """One sequence: q `[Sq, Nq, D]`, k `[Skv, Nkv, D]`, v `[Skv, Nkv, Dv]` → `[Sq, Nq, Dv]`."""
+    """One sequence: q `[Sq, Nq, D]`, k `[Skv, Nkv, D]`, v `[Skv, Nkv, Dv]` → `[Sq, Nq, Dv]`.
+
+    Statistics in float32, the result in `q.dtype`. `causal_offset` None attends every key
+    (bidirectional); an int `c` lets query `i` see keys `j <= i + c`.
+    """
     group = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(group, dim=1)
     vf = v.float().repeat_interleave(group, dim=1)
@@ -93,7 +97,7 @@ def prefill_attention(
     for q_len, kv_len in zip(q_lens, kv_lens, strict=True):
         q = query[q0 : q0 + q_len]
         outs.append(
-            _attend(q, key[k0 : k0 + kv_len], value[k0 : k0 + kv_len], scale, kv_len - q_len)
+            attend(q, key[k0 : k0 + kv_len], value[k0 : k0 + kv_len], scale, kv_len - q_len)
         )
         q0, k0 = q0 + q_len, k0 + kv_len
     return torch.cat(outs, dim=0)
@@ -180,5 +184,5 @@ def paged_decode_attention(
     for b, seq_len in enumerate(seq_lens.tolist()):
         k = gather_context(key_cache, block_table, b, seq_len)
         v = gather_context(value_cache, block_table, b, seq_len)
-        outs.append(_attend(query[b : b + 1], k, v, scale, causal_offset=None))
+        outs.append(attend(query[b : b + 1], k, v, scale, causal_offset=None))
     return torch.cat(outs, dim=0)

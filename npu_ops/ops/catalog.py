@@ -4,10 +4,12 @@
 |---|---|---|---|
 | rms_norm | `norm.rms_norm` | `npu_rms_norm` | `F.rms_norm` (cuda, cpu) |
 | add_rms_norm | `norm.add_rms_norm` | `npu_add_rms_norm` | add + `F.rms_norm` (cuda, cpu) |
+| layer_norm | `norm.layer_norm` | `F.layer_norm`******* | `F.layer_norm` (cuda, cpu) |
 | rotary_embedding | `activation.rotary_embedding` | `npu_rotary_mul` | — |
 | swiglu | `activation.swiglu` | `npu_swiglu` | — |
 | prefill_attention | `attention.prefill_attention` | `npu_fusion_attention` (TND) | SDPA (cuda) |
 | paged_decode_attention | `attention.paged_decode_attention` | `npu_incre_flash_attention` | SDPA*|
+| encoder_attention | `encoder_attention.<op>` | `npu_fusion_attention` (TND) | SDPA (cuda, cpu) |
 | moe_grouped_topk | `moe_gating.moe_grouped_topk` | `npu_moe_gating_top_k` | — |
 | moe_topk_softmax | `moe_gating.moe_topk_softmax` | `npu_moe_gating_top_k_softmax` | — |
 | moe_dispatch | `moe_routing.moe_dispatch` | `npu_moe_init_routing` | — |
@@ -44,6 +46,10 @@ On cpu the three ops run our table-lookup dequantisation kernel (`npu_ops.ops.cp
 implementation `cpu`, where it builds). ****** implementation `cuda` (`npu_ops.ops.cuda_fp8`):
 torch's blockwise 1x128 x 128x128 `scaled_mm` on SM90+ for 128 x 128 blocks and bfloat16
 activations, else the reference.
+******* registered as `npu` as it is: torch_npu's own `npu_layer_norm_eval` is marked for
+deprecation in favour of `torch.nn.functional.layer_norm` (Ascend Extension for PyTorch API
+reference, https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000802.html),
+which torch_npu dispatches to the device's LayerNorm kernel.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
@@ -65,6 +71,7 @@ from npu_ops.ops import (
     cpu_attention,
     cpu_quant,
     cuda_fp8,
+    encoder_attention,
     lora,
     mla,
     moe_gating,
@@ -93,6 +100,7 @@ def build_registry() -> OpRegistry:
     reg = OpRegistry()
     reg.define("rms_norm", norm.rms_norm, "RMSNorm over the last dimension")
     reg.define("add_rms_norm", norm.add_rms_norm, "residual add, then RMSNorm")
+    reg.define("layer_norm", norm.layer_norm, "LayerNorm over the last dimension")
     reg.define("rotary_embedding", activation.rotary_embedding, "rotary position embedding")
     reg.define("swiglu", activation.swiglu, "silu(gate) * up")
     reg.define("prefill_attention", attention.prefill_attention, "varlen causal attention")
@@ -100,6 +108,11 @@ def build_registry() -> OpRegistry:
         "paged_decode_attention",
         attention.paged_decode_attention,
         "decode attention over a paged KV cache",
+    )
+    reg.define(
+        "encoder_attention",
+        encoder_attention.encoder_attention,
+        "bidirectional attention within segments",
     )
     reg.define("moe_grouped_topk", moe_gating.moe_grouped_topk, "DeepSeek-V3 sigmoid routing")
     reg.define("moe_topk_softmax", moe_gating.moe_topk_softmax, "softmax top-k routing")
@@ -131,10 +144,12 @@ def build_registry() -> OpRegistry:
 
     reg.register("rms_norm", "npu", npu_elementwise.rms_norm, NPU)
     reg.register("add_rms_norm", "npu", npu_elementwise.add_rms_norm, NPU)
+    reg.register("layer_norm", "npu", torch_native.layer_norm, NPU)
     reg.register("rotary_embedding", "npu", npu_elementwise.rotary_embedding, NPU)
     reg.register("swiglu", "npu", npu_elementwise.swiglu, NPU)
     reg.register("prefill_attention", "npu", npu_attention.prefill_attention, NPU)
     reg.register("paged_decode_attention", "npu", npu_attention.paged_decode_attention, NPU)
+    reg.register("encoder_attention", "npu", npu_attention.encoder_attention, NPU)
     reg.register("moe_grouped_topk", "npu", npu_moe.moe_grouped_topk, NPU)
     reg.register("moe_topk_softmax", "npu", npu_moe.moe_topk_softmax, NPU)
     reg.register("moe_dispatch", "npu", npu_moe.moe_dispatch, NPU)
@@ -154,7 +169,11 @@ def build_registry() -> OpRegistry:
     reg.register("fp8_block_matmul", "cuda", cuda_fp8.fp8_block_matmul, CUDA)
     reg.register("rms_norm", "torch", torch_native.rms_norm, TORCH_FUSED, portable=True)
     reg.register("add_rms_norm", "torch", torch_native.add_rms_norm, TORCH_FUSED, portable=True)
+    reg.register("layer_norm", "torch", torch_native.layer_norm, TORCH_FUSED, portable=True)
     reg.register("prefill_attention", "torch", torch_native.prefill_attention, CUDA, portable=True)
+    reg.register(
+        "encoder_attention", "torch", torch_native.encoder_attention, TORCH_FUSED, portable=True
+    )
     reg.register(
         "paged_decode_attention",
         "torch",

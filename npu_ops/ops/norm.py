@@ -1,4 +1,4 @@
-"""RMSNorm and fused residual-add + RMSNorm: pure-torch references.
+"""RMSNorm, fused residual-add + RMSNorm and LayerNorm: pure-torch references.
 
 `RmsNorm(x) = x / sqrt(mean(x^2) + eps) * gamma` over the last dimension, as in the torch_npu
 docs of `torch_npu.npu_rms_norm` (Ascend Extension for PyTorch API reference,
@@ -48,3 +48,28 @@ def add_rms_norm(
     """
     summed = x + residual
     return rms_norm(summed, weight, eps), summed
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    """LayerNorm over the last dimension: `(x - mean) / sqrt(var + eps) * gamma + beta`.
+
+    The biased variance, as `torch.nn.LayerNorm` (PyTorch docs) and Whisper's encoder use it.
+
+    Args:
+        x: `[..., H]`, float16/bfloat16/float32.
+        weight: `[H]` (gamma).
+        bias: `[H]` (beta), or None for none.
+        eps: added to the variance before the square root.
+
+    Returns:
+        `[..., H]` in `x.dtype`; statistics in float32.
+    """
+    xf = x.float()
+    mean = xf.mean(dim=-1, keepdim=True)
+    var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
+    out = (xf - mean) * torch.rsqrt(var + eps) * weight.float()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)

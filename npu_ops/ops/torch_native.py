@@ -1,10 +1,10 @@
 """The `torch` implementations: torch's own fused kernels, where torch offers one.
 
-The default on CUDA, and on CPU for the norms. They are plain torch calls, so they run on any device
-(which is how the tests and `ops-check --all-impls` check them against the references). Sources:
-`torch.nn.functional. rms_norm` and `torch.nn.functional.scaled_dot_product_attention` (PyTorch
-docs; `enable_gqa` since 2.5). Ops without a torch fused kernel (rotary, SwiGLU, MoE routing, W8A8)
-use the reference on CUDA.
+The default on CUDA, and on CPU for the norms and encoder attention. They are plain torch calls, so
+they run on any device (which is how the tests and `ops-check --all-impls` check them against the
+references). Sources: `torch.nn.functional.rms_norm`, `torch.nn.functional.layer_norm` and
+`torch.nn.functional.scaled_dot_product_attention` (PyTorch docs; `enable_gqa` since 2.5). Ops
+without a torch fused kernel (rotary, SwiGLU, MoE routing, W8A8) use the reference on CUDA.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from npu_ops.ops.attention import check_lens, check_paged_inputs, gather_context
+from npu_ops.ops.encoder_attention import check_qkv, segment_lengths
 from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 
 
@@ -27,6 +28,14 @@ def add_rms_norm(
     """Residual add then `F.rms_norm`; see `npu_ops.ops.norm.add_rms_norm`."""
     summed = x + residual
     return F.rms_norm(summed, (x.shape[-1],), weight, eps), summed
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    """`F.layer_norm` over the last dimension; see `npu_ops.ops.norm.layer_norm`."""
+    beta = None if bias is None else bias.to(x.dtype)
+    return F.layer_norm(x, (x.shape[-1],), weight.to(x.dtype), beta, eps)
 
 
 def _sdpa(
@@ -69,6 +78,24 @@ def prefill_attention(
             )
         )
         q0, k0 = q0 + q_len, k0 + kv_len
+    return torch.cat(outs, dim=0)
+
+
+def encoder_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """SDPA per segment, no mask; see `npu_ops.ops.encoder_attention.encoder_attention`."""
+    check_qkv(query, key, value)
+    outs = []
+    start = 0
+    for length in segment_lengths(cu_seqlens, query.shape[0]):
+        end = start + length
+        outs.append(_sdpa(query[start:end], key[start:end], value[start:end], None, scale))
+        start = end
     return torch.cat(outs, dim=0)
 
 

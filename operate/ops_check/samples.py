@@ -7,6 +7,7 @@ implementation and the reference see the same numbers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from npu_ops.ops import moe_routing
 from operate.ops_check.shapes import OpShapes
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which Whisper's encoder keeps
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,12 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             _randn(g, h, dtype=dt),
             s.rms_norm_eps,
         ),
+        "layer_norm": lambda: (
+            _randn(g, t, h, dtype=dt),
+            _randn(g, h, dtype=dt),
+            _randn(g, h, dtype=dt),
+            LAYER_NORM_EPS,
+        ),
         "rotary_embedding": lambda: (
             _randn(g, t, s.num_heads, s.k_head_dim, dtype=dt),
             *_rope(s, t),
@@ -92,6 +100,7 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
             s.k_head_dim**-0.5,
         ),
         "paged_decode_attention": lambda: _decode_case(g, s),
+        "encoder_attention": lambda: _encoder_attention_case(g, s),
         "moe_grouped_topk": lambda: (
             _randn(g, t, s.num_experts, dtype=torch.float32),
             _randn(g, s.num_experts, dtype=torch.float32, scale=0.1),
@@ -145,6 +154,15 @@ def build_case(op: str, s: OpShapes, seed: int = 0) -> OpCase:
     if op not in builders:
         raise ValueError(f"no preflight inputs for op {op!r}")
     return OpCase(builders[op]())
+
+
+def _encoder_attention_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
+    """Segments of the prefill query lengths (images or clips), as one flattened batch."""
+    lens = s.prefill_q_lens
+    tokens = sum(lens)
+    q, k, v = (_randn(g, tokens, s.num_heads, s.k_head_dim, dtype=s.dtype) for _ in range(3))
+    cu_seqlens = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32)
+    return q, k, v, cu_seqlens, s.k_head_dim**-0.5
 
 
 def _decode_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:

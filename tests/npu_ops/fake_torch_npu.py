@@ -33,7 +33,7 @@ from fake_torch_npu_moe import (
 from fake_torch_npu_sparse import npu_lightning_indexer, npu_sparse_flash_attention
 from fake_torch_npu_util import FLOATS, HALVES, record
 
-from npu_ops.ops import activation, attention, norm
+from npu_ops.ops import activation, attention, encoder_attention, norm
 
 
 def npu_rms_norm(self: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-06) -> Any:
@@ -122,7 +122,8 @@ def npu_fusion_attention(
     sync: bool = False,
     softmax_layout: str = "",
 ) -> Any:
-    """torch_npu.npu_fusion_attention (op-plugin docs): modelled for TND + sparse_mode=3."""
+    """torch_npu.npu_fusion_attention (op-plugin docs): modelled for TND with sparse_mode=3
+    (rightDownCausal, compressed mask) or sparse_mode=0 without a mask (bidirectional)."""
     record(
         "npu_fusion_attention",
         query=query,
@@ -153,13 +154,19 @@ def npu_fusion_attention(
         assert all(b >= a for a, b in zip([0, *cum], cum)), f"{name} must be cumulative"
         assert cum[-1] == total, f"{name} ends at {cum[-1]}, T={total}"
     assert len(actual_seq_qlen) == len(actual_seq_kvlen) <= 2048
-    assert sparse_mode == 3, "modelled: rightDownCausal"
-    assert atten_mask is not None and atten_mask.dtype == torch.bool
-    assert tuple(atten_mask.shape) == (2048, 2048), "compressed 2048x2048 mask for sparse_mode 3"
-    assert torch.equal(atten_mask.cpu(), torch.ones(2048, 2048, dtype=torch.bool).triu(1))
+    assert sparse_mode in (0, 3), "modelled: 0 (no mask) and 3 (rightDownCausal)"
     q_lens = [b - a for a, b in zip([0, *actual_seq_qlen], actual_seq_qlen)]
     kv_lens = [b - a for a, b in zip([0, *actual_seq_kvlen], actual_seq_kvlen)]
-    out = attention.prefill_attention(query, key, value, q_lens, kv_lens, scale)
+    if sparse_mode == 0:
+        assert atten_mask is None, "modelled: sparse_mode 0 without a mask"
+        cu = torch.tensor([0, *actual_seq_qlen], dtype=torch.int32)
+        assert q_lens == kv_lens, "modelled: self-attention, one length per segment"
+        out = encoder_attention.encoder_attention(query, key, value, cu, scale)
+    else:
+        assert atten_mask is not None and atten_mask.dtype == torch.bool
+        assert tuple(atten_mask.shape) == (2048, 2048), "compressed 2048x2048 mask, sparse_mode 3"
+        assert torch.equal(atten_mask.cpu(), torch.ones(2048, 2048, dtype=torch.bool).triu(1))
+        out = attention.prefill_attention(query, key, value, q_lens, kv_lens, scale)
     stats = torch.zeros(query.shape[1], query.shape[0], 8)
     return out, stats, stats, torch.empty(0), 0, 0, 0
 

@@ -30,10 +30,12 @@ from operate.ops_check.samples import build_case
 KERNEL: dict[str, str | None] = {
     "rms_norm": "npu_rms_norm",
     "add_rms_norm": "npu_add_rms_norm",
+    "layer_norm": None,  # F.layer_norm: torch_npu's own LayerNorm through aten
     "rotary_embedding": "npu_rotary_mul",
     "swiglu": "npu_swiglu",
     "prefill_attention": "npu_fusion_attention",
     "paged_decode_attention": "npu_incre_flash_attention",
+    "encoder_attention": "npu_fusion_attention",
     "moe_grouped_topk": "npu_moe_gating_top_k",
     "moe_topk_softmax": "npu_moe_gating_top_k_softmax",
     "moe_dispatch": "npu_moe_init_routing",

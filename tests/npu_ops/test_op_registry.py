@@ -24,8 +24,10 @@ def test_cuda_platform_chooses_torch_kernels_where_registered() -> None:
     assert {op for op, impl in chosen.items() if impl == "torch"} == {
         "rms_norm",
         "add_rms_norm",
+        "layer_norm",
         "prefill_attention",
         "paged_decode_attention",
+        "encoder_attention",
     }
     assert chosen["swiglu"] == "reference" and chosen["fp8_block_matmul"] == "cuda"
 
@@ -39,6 +41,8 @@ def test_cpu_platform_runs_torch_norms_our_attention_and_references_otherwise() 
     assert {op for op, impl in chosen.items() if impl != "reference"} == {
         "rms_norm",
         "add_rms_norm",
+        "layer_norm",
+        "encoder_attention",
         *ours,
     }
     assert chosen["rms_norm"] == "torch" and chosen["swiglu"] == "reference"

@@ -14,10 +14,17 @@ TORCH_OPS = sorted(op.name for op in REGISTRY if "torch" in [i.name for i in op.
 
 
 def test_torch_impls_cover_norms_and_attention() -> None:
-    assert TORCH_OPS == ["add_rms_norm", "paged_decode_attention", "prefill_attention", "rms_norm"]
+    assert TORCH_OPS == [
+        "add_rms_norm",
+        "encoder_attention",
+        "layer_norm",
+        "paged_decode_attention",
+        "prefill_attention",
+        "rms_norm",
+    ]
     for op in TORCH_OPS:
         impl = REGISTRY.get(op).implementation("torch")
-        cpu_too = op.endswith("rms_norm")
+        cpu_too = op.endswith("_norm") or op == "encoder_attention"
         assert impl.portable and impl.platforms == frozenset(
             {"cuda", "cpu"} if cpu_too else {"cuda"}
         )

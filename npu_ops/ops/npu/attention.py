@@ -1,4 +1,5 @@
-"""`npu` attention: `npu_fusion_attention` for prefill, `npu_incre_flash_attention` for decode.
+"""`npu` attention: `npu_fusion_attention` for prefill and encoders, `npu_incre_flash_attention`
+for decode.
 
 - Prefill: `torch_npu.npu_fusion_attention(query, key, value, head_num, input_layout, ...,
   atten_mask, scale, ..., actual_seq_qlen, actual_seq_kvlen, sparse_mode)` with
@@ -7,6 +8,12 @@
   bool upper triangle (`True` = masked). `key` and `value` must have the same shape, so a
   smaller V head (DeepSeek MLA) is zero-padded to the K head size and the output sliced back.
   Source: Ascend op-plugin docs/context/torch_npu-npu_fusion_attention.md.
+- Encoder (bidirectional within segments): the same kernel in `TND` with `sparse_mode=0` and no
+  `atten_mask` (every key of a segment visible), the segments' cumulative ends as both
+  `actual_seq_qlen` and `actual_seq_kvlen` (required in `TND`); query/key/value float16,
+  bfloat16 or float32. Source: Ascend Extension for PyTorch API reference, page
+  "torch_npu.npu_fusion_attention",
+  https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000850.html.
 - Decode: `torch_npu.npu_incre_flash_attention(query, key, value, *, actual_seq_lengths,
   block_table, num_heads, scale_value, input_layout, num_key_value_heads, block_size)` with
   page attention: `input_layout="BSH"`, query `[B, 1, Nq*D]`, KV cache `(blocknum, blocksize,
@@ -30,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from npu_ops.ops import attention as reference
+from npu_ops.ops.encoder_attention import check_qkv, segment_lengths
 from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 from npu_ops.ops.npu.module import torch_npu
 
@@ -69,6 +77,29 @@ def prefill_attention(
         sparse_mode=3,
     )[0]
     return out[..., :dv]
+
+
+def encoder_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Varlen bidirectional attention (`TND`, no mask); shapes as the reference's."""
+    check_qkv(query, key, value)
+    ends = list(itertools.accumulate(segment_lengths(cu_seqlens, query.shape[0])))
+    return torch_npu().npu_fusion_attention(
+        query,
+        key,
+        value,
+        head_num=query.shape[1],
+        input_layout="TND",
+        scale=scale,
+        actual_seq_qlen=ends,
+        actual_seq_kvlen=ends,
+        sparse_mode=0,
+    )[0]
 
 
 def paged_decode_attention(

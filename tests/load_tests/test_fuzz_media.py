@@ -1,0 +1,111 @@
+"""The fuzzer's image and audio parts: each hostile file is one that every model's replica
+refuses (so the local verdict counts it invalid, with the replica's reason), each valid one is
+read, and drawn chat examples carry both kinds."""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from load_tests.fuzz_checks import run_examples
+from load_tests.fuzz_media_mutators import (
+    MEDIA_LIMITS,
+    PRIVATE_URLS,
+    audio_part,
+    image_part,
+    mutate_media_parts,
+    samples,
+)
+from load_tests.fuzz_requests import FuzzExample, fuzz_examples, make_example
+
+MODELS = ["vlm"]
+
+
+def _b64(name: str) -> str:
+    return base64.b64encode(samples()[name]).decode()
+
+
+def _verdict(*parts: dict[str, Any]) -> tuple[bool, str]:
+    content = [{"type": "text", "text": "What is this?"}, *parts]
+    body = {"model": "vlm", "max_tokens": 2, "messages": [{"role": "user", "content": content}]}
+    example = make_example("chat", body, MODELS)
+    return example.expected_invalid, example.reason
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        image_part(f"data:image/png;base64,{_b64('png')}"),
+        image_part(f"data:image/jpeg;base64,{_b64('jpeg')}"),
+        audio_part(_b64("wav")),
+        audio_part(_b64("wav_8k_stereo")),
+    ],
+    ids=["png", "jpeg", "wav", "wav-8k-stereo"],
+)
+def test_valid_media_is_counted_served(part: dict[str, Any]) -> None:
+    assert _verdict(part) == (False, "")
+
+
+@pytest.mark.parametrize(
+    ("part", "says"),
+    [
+        (image_part(f"data:image/png;base64,{_b64('truncated_png')}"), "truncated"),
+        (image_part(f"data:image/png;base64,{_b64('huge_header_png')}"), "2500000000 pixels"),
+        (image_part("data:image/png;base64,not base64!!"), "not valid base64"),
+        (image_part(PRIVATE_URLS[0]), "data URLs only"),
+        (image_part("file:///etc/passwd"), "must be a data: or http(s): URL"),
+        (audio_part(_b64("zip")), "not a readable wav file"),
+        (audio_part(_b64("wav"), "mp3"), "format is 'mp3', but the data is WAV"),
+        (audio_part(_b64("wav"), "ogg"), "input_audio.format"),
+        (audio_part(_b64("long_wav")), "max_audio_seconds"),
+        (audio_part("===="), "not valid base64"),
+    ],
+    ids=[
+        "truncated-png",
+        "50000x50000-header",
+        "garbage-base64",
+        "loopback-url",
+        "file-url",
+        "zip-called-wav",
+        "wav-called-mp3",
+        "unknown-format",
+        "31-second-clip",
+        "audio-garbage",
+    ],
+)
+def test_hostile_media_is_counted_refused_with_the_replica_s_reason(
+    part: dict[str, Any], says: str
+) -> None:
+    invalid, reason = _verdict(part)
+    assert invalid and says in reason, reason
+
+
+def test_counts_over_the_limits_and_mixed_modalities_are_refused() -> None:
+    png = image_part(f"data:image/png;base64,{_b64('png')}")
+    wav = audio_part(_b64("wav"))
+    assert _verdict(*[png] * MEDIA_LIMITS.max_images) == (False, "")
+    assert "max_images" in _verdict(*[png] * (MEDIA_LIMITS.max_images + 1))[1]
+    assert "max_audios" in _verdict(*[wav] * (MEDIA_LIMITS.max_audios + 1))[1]
+    assert "each served model reads one" in _verdict(png, wav)[1]
+
+
+def test_the_mutator_makes_a_user_turn_of_text_and_media_parts() -> None:
+    kinds: Counter[str] = Counter()
+    for seed in range(60):
+        body = mutate_media_parts(random.Random(seed), {"messages": [], "max_tokens": 2}, "chat")
+        (turn,) = body["messages"]
+        assert turn["role"] == "user"
+        kinds.update(part["type"] for part in turn["content"])
+    assert {"text", "image_url", "input_audio"} <= set(kinds)
+
+
+def test_drawn_chat_examples_carry_served_and_refused_media() -> None:
+    examples: list[FuzzExample] = []
+    run_examples(fuzz_examples(MODELS, ("chat",)), examples.append, 150)
+    media = [e for e in examples if e.family == "media_parts"]
+    assert media, "no media_parts example drawn"
+    assert {e.expected_invalid for e in media} == {True, False}
