@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from engine.llm_engine import EngineStats
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.request_stats import SampleGroup
 from engine.sampling_params import SamplingParams
@@ -65,6 +66,7 @@ class EngineClient(Protocol):
         prompt_token_ids: list[int],
         params: SamplingParams,
         group: SampleGroup | None = None,
+        media: tuple[MediaItem, ...] = (),
     ) -> OutputStream:
         """Queue a request; return once the engine holds it.
 
@@ -74,6 +76,9 @@ class EngineClient(Protocol):
             params: how to sample, and when to stop.
             group: the sample group of one prompt sampled several times (OpenAI `n`), for
                 the metrics; None for a prompt sampled once.
+            media: the prompt's images and audio clips, each over its run of placeholder
+                tokens in `prompt_token_ids` (`engine.multimodal.inputs.MediaItem`); empty
+                for a text prompt.
 
         Raises:
             engine.async_engine.EngineDead: the engine loop is not running.

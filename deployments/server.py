@@ -26,6 +26,7 @@ from deployments.handlers.completions import CompletionHandler
 from deployments.handlers.preparation import Preparer
 from deployments.handlers.tokenize import TokenizeHandler
 from deployments.lora_adapters import ReplicaAdapters
+from deployments.media.loader import load_media_loader
 from deployments.metrics.push import MetricsPusher
 from deployments.prompting.chat_template import ChatTemplate
 from deployments.prompting.structured_output import GrammarFactory
@@ -130,8 +131,9 @@ class ModelServer:
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
         grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
         preparer = Preparer(cfg.prepare_timeout_s)
+        media = load_media_loader(checkpoint, self.tokenizer, cfg.media, cfg.model_id)
         self.chat_handler = ChatHandler(
-            self.engine, self.tokenizer, template, grammars, settings, preparer
+            self.engine, self.tokenizer, template, grammars, settings, preparer, media
         )
         self.completion_handler = CompletionHandler(
             self.engine, self.tokenizer, cfg.model_id, preparer

@@ -17,6 +17,7 @@ from deployments.handlers.choices import (
     run_choice,
 )
 from deployments.handlers.preparation import Preparer
+from deployments.media.loader import MediaLoader
 from deployments.prompting.apply_plan import run_plan
 from deployments.prompting.chat_template import ChatTemplate, PromptOptions
 from deployments.prompting.engine_inputs import encode_text, sampling_params
@@ -45,6 +46,7 @@ from deployments.streaming.tool_output import ToolOutput, ToolSetup
 from deployments.toolcalls.assemble import accumulate
 from deployments.toolcalls.think import prompt_opens_reasoning
 from engine.constraints import TokenConstraint
+from engine.multimodal.inputs import MediaItem
 from engine.sampling_params import SamplingParams
 
 
@@ -74,14 +76,16 @@ class Rendered:
     """A chat request's prompt.
 
     Attributes:
-        text: the rendered prompt text.
-        prompt: its token ids, as the engine prefills them.
+        text: the rendered prompt text (one placeholder per media part).
+        prompt: its token ids, as the engine prefills them (placeholders expanded).
         report: what gateway preprocessing (truncation) did, or None.
+        media: the images and audio clips placed in `prompt`, in order.
     """
 
     text: str
     prompt: list[int]
     report: PreprocessReport | None
+    media: tuple[MediaItem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class _Prepared:
     prompt: list[int]
     params: list[SamplingParams]
     report: PreprocessReport | None
+    media: tuple[MediaItem, ...]
 
 
 class ChatHandler:
@@ -107,6 +112,9 @@ class ChatHandler:
         grammars: compiles constrained-decoding grammars for this tokenizer.
         settings: per-model settings.
         preparer: runs the CPU-heavy preparation off the event loop, bounded in time.
+        media: loads image and audio parts for a multimodal model
+            (`deployments.media.loader.load_media_loader`); None for a text model, which
+            refuses them.
     """
 
     def __init__(
@@ -117,8 +125,10 @@ class ChatHandler:
         grammars: GrammarFactory,
         settings: ChatSettings,
         preparer: Preparer,
+        media: MediaLoader | None = None,
     ) -> None:
         self.engine = engine
+        self.media = media
         self.preparer = preparer
         self.tokenizer = tokenizer
         self.template = template
@@ -127,12 +137,14 @@ class ChatHandler:
 
     def render(self, request: ChatCompletionRequest, plan: PreprocessPlan | None) -> Rendered:
         """The request's prompt: text and token ids as the engine prefills them (truncated if
-        `plan` says so); also what `POST /tokenize` returns. CPU work, off the event loop.
+        `plan` says so), with the media placed in them; also what `POST /tokenize` returns.
+        CPU work and media fetches, off the event loop.
 
         Raises:
             OpenAIError: 400 for tools without a `tool_parser` (the router never sends them
-                here), a history the template or encoder rejects, or bad
-                `chat_template_kwargs`.
+                here), a history the template or encoder rejects, bad
+                `chat_template_kwargs`, or media this model does not take or cannot read
+                (`MediaLoader.load`; 413 over its byte limit).
         """
         tool_dicts = request.tool_dicts()
         if tool_dicts and self.settings.tool_parser is None:
@@ -143,7 +155,10 @@ class ChatHandler:
             )
         choice = request.resolved_tool_choice()
         tools = tool_dicts if choice.kind != "none" else None  # the tools the template renders
-        messages = normalize_history(request.messages, self.settings.strict_tool_history)
+        loaded = self.media.load(request.messages) if self.media is not None else []
+        messages = normalize_history(
+            request.messages, self.settings.strict_tool_history, media=self.media is not None
+        )
         if request.continue_final_message is False and messages[-1]["role"] == "assistant":
             messages.append({"role": "user", "content": ""})
         options = PromptOptions(
@@ -152,13 +167,27 @@ class ChatHandler:
             response_format_schema(request.response_format),
         )
 
+        # the media placed in each prompt `encode` returns, by the prompt list's identity:
+        # truncation renders several candidate histories and keeps one
+        placed: dict[int, tuple[list[int], tuple[MediaItem, ...]]] = {}
+
         def encode(kept: list[dict[str, Any]]) -> tuple[str, list[int]]:
             text = self.template.render(kept, tools, options)
-            return text, encode_text(self.tokenizer, text, "messages")
+            ids = encode_text(self.tokenizer, text, "messages")
+            if self.media is None:
+                return text, ids
+            parts = [p for m in kept if isinstance(m["content"], list) for p in m["content"]]
+            held = [loaded[p[p["type"]]] for p in parts if p["type"] in ("image", "audio")]
+            ids, items = self.media.expand(ids, held)
+            placed[id(ids)] = (ids, items)
+            return text, ids
+
+        def media(prompt: list[int]) -> tuple[MediaItem, ...]:
+            return placed[id(prompt)][1] if self.media is not None else ()
 
         if plan is None:
             text, prompt = encode(messages)
-            return Rendered(text, prompt, None)
+            return Rendered(text, prompt, None, media(prompt))
         text, prompt, report = run_plan(
             plan,
             messages,
@@ -167,7 +196,7 @@ class ChatHandler:
             self.engine.max_model_len,
             request.output_limit(),
         )
-        return Rendered(text, prompt, report)
+        return Rendered(text, prompt, report, media(prompt))
 
     def _prepare(
         self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
@@ -230,7 +259,8 @@ class ChatHandler:
             )
             for i in range(request.n or 1)
         ]
-        return _Prepared(lora or self.settings.model_id, setup, prompt, params, report)
+        served = lora or self.settings.model_id
+        return _Prepared(served, setup, prompt, params, report, rendered.media)
 
     async def _start(
         self, request: ChatCompletionRequest, plan: PreprocessPlan | None, lora: str | None
@@ -239,7 +269,7 @@ class ChatHandler:
         (raises OpenAIError before any output: a streamed answer starts only once the engine
         holds the request and has run its first step)."""
         prep = await self.preparer.run(lambda: self._prepare(request, plan, lora))
-        streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params])
+        streams = await admit(self.engine, [(prep.prompt, p) for p in prep.params], prep.media)
         stops = request.stop_list()
         merged = merge_choices(
             [run_choice(s, self.tokenizer, i, prep.prompt, stops) for i, s in enumerate(streams)]

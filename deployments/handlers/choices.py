@@ -20,6 +20,7 @@ from deployments.protocol.request_id import current_request_id
 from deployments.streaming.detokenizer import IncrementalDetokenizer
 from deployments.streaming.stop_strings import StopStringMatcher
 from engine.async_engine import EngineDead
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.request_stats import SampleGroup
 from engine.sampling_params import SamplingParams
@@ -80,7 +81,9 @@ def sample_groups(
 
 
 async def admit(
-    engine: EngineClient, requests: list[tuple[list[int], SamplingParams]]
+    engine: EngineClient,
+    requests: list[tuple[list[int], SamplingParams]],
+    media: tuple[MediaItem, ...] = (),
 ) -> list[OutputStream]:
     """Queue one engine request per (prompt, params) pair; return once the engine holds all.
     The choices of one prompt share its list object (`sample_groups`).
@@ -94,7 +97,7 @@ async def admit(
     try:
         for (prompt, params), group in zip(requests, sample_groups(requests)):
             engine_rid = f"{rid}-{uuid.uuid4().hex[:8]}"
-            streams.append(await engine.add(engine_rid, prompt, params, group))
+            streams.append(await engine.add(engine_rid, prompt, params, group, media))
     except BaseException as exc:
         for stream in streams:
             await stream.aclose()

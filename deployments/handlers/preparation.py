@@ -40,7 +40,7 @@ class Preparer:
             return await asyncio.wait_for(future, self.timeout_s)
         except asyncio.TimeoutError:
             raise OpenAIError(
-                f"preparing this request (chat template, tokenisation, grammar compilation) "
+                f"preparing this request (chat template, tokenisation, media, grammar compilation) "
                 f"took over {self.timeout_s} s: send a shorter prompt or a simpler schema",
                 code="request_too_complex",
             ) from None

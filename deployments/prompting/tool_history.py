@@ -7,7 +7,10 @@ message; `tool_calls` may appear anywhere in the history; `arguments` may be a J
 object (validated with the request; templates get an object, and JSON that is not one, such as
 `"[]"`, is rendered as `{}` with a warning, as vLLM does); an empty `tool_calls` list is dropped;
 tool content may be a list of text parts. `strict=False` skips the pairing rules for clients with
-loose histories.
+loose histories. For a multimodal model, a message with image or audio parts keeps its content as
+a list of parts in transformers' chat-template form (`{"type": "image", "image": k}`, `{"type":
+"audio", "audio": k}`, `k` the part's index among the request's media parts), which the family's
+template renders as its placeholder.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 from typing import Any
 
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.requests import ChatMessage
+from deployments.protocol.requests import AudioPart, ChatMessage, ImagePart, TextPart
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +29,21 @@ def _text(m: ChatMessage, i: int) -> str:
         return m.text()
     except ValueError as exc:
         raise OpenAIError(str(exc), param=f"messages[{i}].content") from None
+
+
+def _parts(m: ChatMessage, first: int) -> list[dict[str, Any]]:
+    """Template-ready parts of a message with media; `first`: the index of its first media
+    part among the request's."""
+    out: list[dict[str, Any]] = []
+    k = first
+    for part in m.content or ():
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        elif isinstance(part, (ImagePart, AudioPart)):
+            kind = "image" if isinstance(part, ImagePart) else "audio"
+            out.append({"type": kind, kind: k})
+            k += 1
+    return out
 
 
 def _calls(m: ChatMessage, i: int) -> list[dict[str, Any]]:
@@ -68,8 +86,11 @@ def _missing(pending: dict[str, str]) -> OpenAIError:
     )
 
 
-def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[dict[str, Any]]:
-    """Messages as chat-template dicts, validated.
+def normalize_history(
+    messages: list[ChatMessage], strict: bool = True, media: bool = False
+) -> list[dict[str, Any]]:
+    """Messages as chat-template dicts, validated; with `media` (a multimodal model, whose
+    `deployments.media.loader.MediaLoader` checked the parts), image and audio parts are kept.
 
     Returns:
         `[{"role", "content", ...}]`; assistant `tool_calls` carry `arguments` as objects, and
@@ -81,6 +102,7 @@ def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[
     """
     out: list[dict[str, Any]] = []
     pending: dict[str, str] = {}  # unanswered call id -> function name
+    seen_media = 0
     for i, m in enumerate(messages):
         if m.role == "tool":
             if not m.tool_call_id:
@@ -96,13 +118,19 @@ def normalize_history(messages: list[ChatMessage], strict: bool = True) -> list[
                     "tool call has (or it was already answered)",
                     param=f"messages[{i}].tool_call_id",
                 )
-            msg = {"role": "tool", "tool_call_id": m.tool_call_id, "content": _text(m, i)}
+            msg: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": m.tool_call_id,
+                "content": _text(m, i),
+            }
             out.append({**msg, "name": name} if name else msg)
             continue
         if pending and strict:
             raise _missing(pending)
         pending = {}
-        msg = {"role": m.role, "content": _text(m, i)}
+        held = m.media_parts() if media else []
+        msg = {"role": m.role, "content": _parts(m, seen_media) if held else _text(m, i)}
+        seen_media += len(held)
         if m.name:
             msg["name"] = m.name
         if m.role == "assistant" and m.reasoning_content:

@@ -8,7 +8,9 @@ extra variables for the model's chat template or prompt encoder, such as `thinki
 `priority`, an integer as in vLLM, never null).
 `reasoning_effort` is OpenAI's; models with a reasoning mode map it onto theirs. `tools`,
 `tool_choice`, `response_format` and assistant `tool_calls` are typed in
-`deployments.protocol.tools`.
+`deployments.protocol.tools`. Content parts: `text`, `image_url` and `input_audio` (read by
+multimodal models, `deployments.media`; a text model refuses them with a 400), and `file`
+(recognised, refused).
 
 A request is validated once, at the router's edge (`deployments.protocol.validation`), and the
 validated model travels on to the model replica, whose code reads its typed fields.
@@ -49,16 +51,51 @@ class TextPart(_Base):
     text: str
 
 
+class ImageURL(_Base):
+    """`image_url` of an image part: a `data:image/...;base64,` URL, or an `http(s)` URL
+    (fetched only where the model's `media.allow_urls` is set)."""
+
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
 class ImagePart(_Base):
-    """An image content part (recognised so it can be refused with a clear error)."""
+    """A `{"type": "image_url", "image_url": {"url": ..., "detail": ...}}` content part
+    (OpenAI Chat Completions; `detail` is accepted and ignored: the model's image processor
+    decides the resolution)."""
 
-    type: Literal["image_url", "input_audio", "file"]
+    type: Literal["image_url"]
+    image_url: ImageURL
 
+
+class InputAudio(_Base):
+    """`input_audio` of an audio part: the base64 file and its container format."""
+
+    data: str = Field(min_length=1)
+    format: Literal["wav", "mp3", "flac"]
+
+
+class AudioPart(_Base):
+    """A `{"type": "input_audio", "input_audio": {"data": <base64>, "format": ...}}` content
+    part (OpenAI Chat Completions)."""
+
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+class FilePart(_Base):
+    """A `file` content part: recognised so it can be refused with a clear error."""
+
+    type: Literal["file"]
+
+
+MediaPart = ImagePart | AudioPart
+"""The content parts a multimodal model reads besides text."""
 
 if TYPE_CHECKING:  # the type checker reads the plain union; pydantic the discriminated one
-    ContentPart = TextPart | ImagePart
+    ContentPart = TextPart | ImagePart | AudioPart | FilePart
 else:
-    ContentPart = by_type(TextPart, ImagePart)
+    ContentPart = by_type(TextPart, ImagePart, AudioPart, FilePart)
 
 
 class ChatMessage(_Base):
@@ -71,11 +108,18 @@ class ChatMessage(_Base):
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 
+    def media_parts(self) -> list[MediaPart]:
+        """The image and audio parts of the content, in order (none for string content)."""
+        if not isinstance(self.content, list):
+            return []
+        return [p for p in self.content if isinstance(p, (ImagePart, AudioPart))]
+
     def text(self) -> str:
         """The content as plain text (text parts joined); '' when there is none.
 
         Raises:
-            ValueError: a non-text part (images, audio, files are not supported).
+            ValueError: a non-text part (the message names its type; a multimodal model
+                reads image and audio parts with `deployments.media` instead).
         """
         if self.content is None:
             return ""

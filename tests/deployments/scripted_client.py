@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.async_engine import EngineDead, RequestRejected
 from engine.llm_engine import EngineStats
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import ErrorKind, RequestOutput, TokenLogprob
 from engine.request_stats import SampleGroup
 from engine.sampling_params import SamplingParams
@@ -125,6 +126,7 @@ class ScriptedClient:
         prompt_token_ids: list[int],
         params: SamplingParams,
         group: SampleGroup | None = None,
+        media: tuple[MediaItem, ...] = (),
     ) -> ScriptedStream:
         """Queue a request: the next script, streamed (see the class)."""
         if self.dead is not None:

@@ -5,9 +5,9 @@ of the turn, whatever their place in it), its text and images one `user` message
 turn becomes one `assistant` message: text blocks as `content`, `thinking` blocks as
 `reasoning_content`, `tool_use` blocks as `tool_calls` (`arguments` as a JSON string);
 `redacted_thinking` is dropped (encrypted by Anthropic: no model here can read it). Images
-become `image_url` parts (a `data:` URL for base64 sources), which the chat path refuses with a
-400 on models that take text only. Text blocks stay separate text parts, so the chat path joins
-them as it joins any client's parts.
+become `image_url` parts (a `data:` URL for base64 sources), which a multimodal model reads
+(`deployments.media`) and the chat path refuses with a 400 on models that take text only. Text
+blocks stay separate text parts, so the chat path joins them as it joins any client's parts.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Responses input items as chat messages.
 
 - `message` (user, system, developer): a message of that role; text parts (`input_text`) are
-  joined into a string, an `input_image` becomes a chat `image_url` part and an `input_file` a
-  `file` part (both refused with a 400 by the chat path on text-only models).
+  joined into a string, an `input_image` becomes a chat `image_url` part (read by multimodal
+  models, refused with a 400 on text-only ones) and an `input_file` a `file` part (refused).
 - `message` (assistant), `function_call` and `reasoning`: one assistant message per turn, with
   the text as `content`, the calls as `tool_calls` (the `call_id` is the chat call id; arguments
   stay a JSON string) and the reasoning's text as `reasoning_content` (its `reasoning_text`

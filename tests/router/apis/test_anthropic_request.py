@@ -148,7 +148,7 @@ def test_an_assistant_turn_of_calls_only_has_null_content() -> None:
     }
 
 
-def test_images_become_image_url_parts_which_a_text_model_refuses_with_a_400() -> None:
+def test_images_become_image_url_parts_a_vlm_reads_and_a_text_model_refuses() -> None:
     content = [
         {"type": "text", "text": "What is this?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
@@ -159,9 +159,17 @@ def test_images_become_image_url_parts_which_a_text_model_refuses_with_a_400() -
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
         {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}},
     ]
-    # where the chat path refuses them: the replica's history check, before any template
+    messages = parse_request(ChatCompletionRequest, chat).messages
+    # a multimodal replica's history keeps them as the template's image parts, in order
+    [user] = normalize_history(messages, media=True)
+    assert user["content"] == [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image", "image": 0},
+        {"type": "image", "image": 1},
+    ]
+    # a text model's replica refuses them, before any template
     with pytest.raises(OpenAIError) as info:
-        normalize_history(parse_request(ChatCompletionRequest, chat).messages)
+        normalize_history(messages)
     assert info.value.status_code == 400 and info.value.param == "messages[0].content"
     assert "'image_url' are not supported" in str(info.value)
 

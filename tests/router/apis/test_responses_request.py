@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from test_responses_stream import CALL, completion
 
+from deployments.prompting.tool_history import normalize_history
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
 from deployments.protocol.validation import parse_request
@@ -96,14 +97,24 @@ def test_message_items_keep_their_roles_and_join_text_parts() -> None:
     ]
 
 
-def test_an_image_becomes_an_image_url_part_which_a_text_model_refuses() -> None:
+def test_an_image_becomes_an_image_url_part_a_vlm_reads_and_a_text_model_refuses() -> None:
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"}
     items = [{"role": "user", "content": [{"type": "input_text", "text": "What is it?"}, image]}]
-    [message] = chat(input=items)["messages"]
+    converted = chat(input=items)
+    [message] = converted["messages"]
     assert message["content"] == [
         {"type": "text", "text": "What is it?"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
     ]
+    messages = parse_request(ChatCompletionRequest, converted).messages
+    [user] = normalize_history(messages, media=True)  # a multimodal replica's history
+    assert user["content"] == [
+        {"type": "text", "text": "What is it?"},
+        {"type": "image", "image": 0},
+    ]
+    with pytest.raises(OpenAIError) as info:  # a text model's
+        normalize_history(messages)
+    assert info.value.param == "messages[0].content" and "'image_url'" in str(info.value)
     only_file = [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]
     assert refused(model="m", input=only_file).param == "input[0].content[0].image_url"
 

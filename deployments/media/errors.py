@@ -1,0 +1,32 @@
+"""The replica's media errors: one shape for every refusal, naming the content part."""
+
+from __future__ import annotations
+
+from deployments.protocol.errors import OpenAIError
+
+
+def bad_media(param: str, what: str) -> OpenAIError:
+    """400 `invalid_media` for a content part whose file cannot be read.
+
+    Args:
+        param: the part, e.g. `messages[0].content[1]`.
+        what: what is wrong with it.
+    """
+    return OpenAIError(f"{param}: {what}", param=param, code="invalid_media")
+
+
+def over_limit(param: str, what: str, limit: str, status_code: int = 400) -> OpenAIError:
+    """400 (413 for bytes) `media_limit_exceeded` naming the `media.<limit>` setting.
+
+    Args:
+        param: the part or field at fault.
+        what: the measured figure against the limit, e.g. `an image of 50000x50000 pixels`.
+        limit: the `configs.media_limits.MediaLimits` field and its value.
+        status_code: 413 for a size in bytes, else 400.
+    """
+    return OpenAIError(
+        f"{param}: {what}, over the limit of {limit}",
+        status_code=status_code,
+        param=param,
+        code="media_limit_exceeded",
+    )

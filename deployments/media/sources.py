@@ -1,0 +1,70 @@
+"""The bytes of a media part: base64 (`input_audio.data`), `data:` URLs (RFC 2397) and, where
+allowed, `http(s)` URLs (`deployments.media.url_fetch`)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from configs.media_limits import MediaLimits
+from deployments.media.errors import bad_media, over_limit
+from deployments.media.url_fetch import fetch_url
+
+
+def decode_base64(data: str, limits: MediaLimits, param: str) -> bytes:
+    """The bytes of standard base64 text (RFC 4648 section 4), size-checked before decoding.
+
+    Raises:
+        OpenAIError: 413 when the decoded size would pass `max_item_bytes`; 400 for text that
+            is not base64.
+    """
+    size = len(data) * 3 // 4  # at most this many bytes (padding makes it up to 2 fewer)
+    if size > limits.max_item_bytes + 2:
+        raise over_limit(
+            param,
+            f"{size} bytes of media",
+            f"media.max_item_bytes={limits.max_item_bytes}",
+            status_code=413,
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_media(param, "the data is not valid base64") from None
+    if len(raw) > limits.max_item_bytes:
+        raise over_limit(
+            param,
+            f"{len(raw)} bytes of media",
+            f"media.max_item_bytes={limits.max_item_bytes}",
+            status_code=413,
+        )
+    return raw
+
+
+def read_image_url(url: str, limits: MediaLimits, param: str) -> bytes:
+    """The file an `image_url.url` names: a `data:image/...;base64,...` URL, or an `http(s)`
+    URL when `limits.allow_urls`.
+
+    Raises:
+        OpenAIError: 400 for another scheme, a `data:` URL that is not base64 image data, or
+            a URL while URLs are not allowed; 413 over `max_item_bytes`; what `fetch_url`
+            raises.
+    """
+    if url.startswith("data:"):
+        header, comma, data = url[5:].partition(",")
+        media_type, *params = header.split(";")
+        if not comma or "base64" not in params:
+            raise bad_media(param, "a data URL must be base64: data:image/<type>;base64,<data>")
+        if not media_type.startswith("image/"):
+            raise bad_media(
+                param, f"the data URL holds {media_type or 'no media type'!r}, not an image"
+            )
+        return decode_base64(data, limits, param)
+    if url.startswith(("http://", "https://")):
+        if not limits.allow_urls:
+            raise bad_media(
+                param,
+                "this model takes images as data URLs only (its media.allow_urls is false): "
+                "send data:image/<type>;base64,<data>",
+            )
+        return fetch_url(url, limits, param)
+    raise bad_media(param, "the image URL must be a data: or http(s): URL")
