@@ -9,30 +9,30 @@ to a loopback, private or link-local address (or another scheme), a zip file cal
 format field that is wrong or lies, a clip over `max_audio_seconds` (at 1 kHz, so it stays
 small), a WAV header claiming hours over 0.1 s of samples (libsndfile reads what is there), or
 more parts than
-`configs.media_limits.MediaLimits` allows. The files are built here (PIL, the standard
-library's `wave`, `zipfile`, `zlib`), once; PNG's chunk layout (length, type, data, CRC-32 of
-type and data) is that of the PNG specification (W3C, 3rd edition, section 5.3).
+`configs.media_limits.MediaLimits` allows. The files come from `fixtures.media_files`, built once.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import random
 import struct
-import wave
-import zipfile
-import zlib
 from functools import lru_cache
 from typing import Any
 
-from PIL import Image
-
 from configs.media_limits import MediaLimits
+from fixtures.media_files import (
+    audio_bytes,
+    audio_part,
+    b64,
+    data_url,
+    image_bytes,
+    image_part,
+    png_header,
+    zip_bytes,
+)
 from load_tests.fuzz_bodies import Body, coin, pick
 
 MEDIA_LIMITS = MediaLimits()
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HUGE_SIDE = 50_000
 PRIVATE_URLS = [
     "http://127.0.0.1/cat.png",
@@ -49,49 +49,8 @@ PRIVATE_URLS = [
 GARBAGE_BASE64 = ["", "not base64!!", "AAAA", "====", "QUJD=", "\u00e9\u00e9", "a" * 4001]
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _image(fmt: str) -> bytes:
-    """A 32 x 24 RGB gradient encoded as `fmt` (PNG or JPEG)."""
-    img = Image.new("RGB", (32, 24))
-    img.putdata([(x * 8, y * 10, (x + y) * 4) for y in range(24) for x in range(32)])
-    buf = io.BytesIO()
-    img.save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _huge_header_png() -> bytes:
-    """A well-formed PNG start whose IHDR claims `HUGE_SIDE`² RGB pixels, with one tiny IDAT:
-    a decoder that trusts the header allocates 7.5 GB."""
-    ihdr = struct.pack(">IIBBBBB", HUGE_SIDE, HUGE_SIDE, 8, 2, 0, 0, 0)
-    return (
-        PNG_SIGNATURE
-        + _png_chunk(b"IHDR", ihdr)
-        + _png_chunk(b"IDAT", zlib.compress(b"\x00" * 64))
-        + _png_chunk(b"IEND", b"")
-    )
-
-
 def _wav(seconds: float, rate: int = 16_000, channels: int = 1) -> bytes:
-    """A 16-bit PCM WAV of a 440 Hz square-ish tone."""
-    frames = int(seconds * rate)
-    samples = b"".join(
-        struct.pack("<h", 8000 if (i * 440 // rate) % 2 else -8000) * channels
-        for i in range(frames)
-    )
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples)
-    return buf.getvalue()
+    return audio_bytes(seconds, rate, channels)
 
 
 def _long_header_wav() -> bytes:
@@ -103,56 +62,35 @@ def _long_header_wav() -> bytes:
     return bytes(data)
 
 
-def _zip() -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("speech.wav", _wav(0.1))
-    return buf.getvalue()
-
-
 @lru_cache(maxsize=1)
 def samples() -> dict[str, bytes]:
     """The media files the mutator sends, by name (built once)."""
-    png = _image("PNG")
+    png = image_bytes(32, 24, "PNG")
     return {
         "png": png,
-        "jpeg": _image("JPEG"),
+        "jpeg": image_bytes(32, 24, "JPEG"),
         "truncated_png": png[: len(png) // 2],
-        "huge_header_png": _huge_header_png(),
+        "huge_header_png": png_header(HUGE_SIDE, HUGE_SIDE),
         "wav": _wav(0.5),
         "wav_8k_stereo": _wav(0.25, rate=8_000, channels=2),
         "truncated_wav": _wav(0.5)[:30],
         "long_header_wav": _long_header_wav(),
         "long_wav": _wav(MEDIA_LIMITS.max_audio_seconds + 1, rate=1_000),
-        "zip": _zip(),
+        "zip": zip_bytes("speech.wav", _wav(0.1)),
     }
-
-
-def image_part(url: Any) -> dict[str, Any]:
-    """An OpenAI `image_url` content part."""
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def audio_part(data: Any, fmt: Any = "wav") -> dict[str, Any]:
-    """An OpenAI `input_audio` content part."""
-    return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
-
-
-def _data_url(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{_b64(data)}"
 
 
 def _image_parts(rng: random.Random) -> list[dict[str, Any]]:
     s = samples()
     variant = rng.randint(0, 8)
     if variant == 0:
-        return [image_part(_data_url("image/png", s["png"]))]
+        return [image_part(data_url(s["png"], "image/png"))]
     if variant == 1:
-        return [image_part(_data_url("image/jpeg", s["jpeg"]))]
+        return [image_part(data_url(s["jpeg"], "image/jpeg"))]
     if variant == 2:
-        return [image_part(_data_url("image/png", s["truncated_png"]))]
+        return [image_part(data_url(s["truncated_png"], "image/png"))]
     if variant == 3:
-        return [image_part(_data_url("image/png", s["huge_header_png"]))]
+        return [image_part(data_url(s["huge_header_png"], "image/png"))]
     if variant == 4:
         return [image_part("data:image/png;base64," + pick(rng, GARBAGE_BASE64))]
     if variant == 5:
@@ -161,23 +99,23 @@ def _image_parts(rng: random.Random) -> list[dict[str, Any]]:
         url = pick(
             rng,
             [
-                _data_url("image/jpeg", s["png"]),
-                _data_url("text/plain", s["png"]),
-                _data_url("audio/wav", s["wav"]),
-                "data:image/png," + _b64(s["png"]),
-                "data:;base64," + _b64(s["png"]),
-                _b64(s["png"]),
+                data_url(s["png"], "image/jpeg"),
+                data_url(s["png"], "text/plain"),
+                data_url(s["wav"], "audio/wav"),
+                "data:image/png," + b64(s["png"]),
+                "data:;base64," + b64(s["png"]),
+                b64(s["png"]),
             ],
         )
         return [image_part(url)]
     if variant == 7:  # over the count limit
-        url = _data_url("image/png", s["png"])
+        url = data_url(s["png"], "image/png")
         return [image_part(url)] * (MEDIA_LIMITS.max_images + 1)
-    part = image_part(_data_url("image/png", s["png"]))  # a malformed part around a valid URL
+    part = image_part(data_url(s["png"], "image/png"))  # a malformed part around a valid URL
     shapes = [part["image_url"]["url"], {}, {"url": None}, [part["image_url"]]]
     part["image_url"] = pick(rng, shapes)
     if coin(rng):
-        part["image_url"] = {"url": _data_url("image/png", s["png"]), "detail": "ultra"}
+        part["image_url"] = {"url": data_url(s["png"], "image/png"), "detail": "ultra"}
     return [part]
 
 
@@ -185,22 +123,22 @@ def _audio_parts(rng: random.Random) -> list[dict[str, Any]]:
     s = samples()
     variant = rng.randint(0, 7)
     if variant == 0:
-        return [audio_part(_b64(s["wav"]))]
+        return [audio_part(s["wav"])]
     if variant == 1:
-        return [audio_part(_b64(s["wav_8k_stereo"]))]
+        return [audio_part(s["wav_8k_stereo"])]
     if variant == 2:
-        return [audio_part(_b64(s["zip"]))]  # a zip called wav
+        return [audio_part(s["zip"])]  # a zip called wav
     if variant == 3:
         fmt = pick(rng, ["ogg", "WAV", "", None, "mp4", 1, ["wav"]])
-        return [audio_part(_b64(s["wav"]), fmt)]
+        return [audio_part(s["wav"], fmt)]
     if variant == 4:  # the format field lies
-        return [audio_part(_b64(s["wav"]), pick(rng, ["mp3", "flac"]))]
+        return [audio_part(s["wav"], pick(rng, ["mp3", "flac"]))]
     if variant == 5:
-        return [audio_part(pick(rng, [*GARBAGE_BASE64, _data_url("audio/wav", s["wav"])]))]
+        return [audio_part(pick(rng, [*GARBAGE_BASE64, data_url(s["wav"], "audio/wav")]))]
     if variant == 6:
         names = ["truncated_wav", "long_header_wav", "long_wav", "png"]
-        return [audio_part(_b64(s[pick(rng, names)]))]
-    return [audio_part(_b64(s["wav"]))] * (MEDIA_LIMITS.max_audios + 1)
+        return [audio_part(s[pick(rng, names)])]
+    return [audio_part(s["wav"])] * (MEDIA_LIMITS.max_audios + 1)
 
 
 def mutate_media_parts(rng: random.Random, body: Body, endpoint: str) -> Body:

@@ -59,6 +59,7 @@ class Added:
     prompt: list[int]
     params: SamplingParams
     group: SampleGroup | None
+    media: tuple[MediaItem, ...] = ()
 
 
 class ScriptedStream:
@@ -132,7 +133,7 @@ class ScriptedClient:
         if self.dead is not None:
             raise EngineDead(self.dead)
         script = self.scripts[min(len(self.added), len(self.scripts) - 1)]
-        self.added.append(Added(request_id, prompt_token_ids, params, group))
+        self.added.append(Added(request_id, prompt_token_ids, params, group, media))
         if script.refused:
             raise RequestRejected(f"scripted refusal of {request_id}")
         stream = ScriptedStream(self._outputs(request_id, prompt_token_ids, params, script))

@@ -8,13 +8,13 @@ import zipfile
 
 import numpy as np
 import pytest
-from media_files import audio_bytes, b64, data_url, png_bytes, png_header
 
 from configs.media_limits import MediaLimits
 from deployments.media.audio import decode_audio
 from deployments.media.images import decode_image
 from deployments.media.sources import decode_base64, read_image_url
 from deployments.protocol.errors import OpenAIError
+from fixtures.media_files import audio_bytes, b64, data_url, png_bytes, png_header
 
 PART = "messages[0].content[1]"
 LIMITS = MediaLimits()

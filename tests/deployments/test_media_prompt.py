@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from media_files import audio_bytes, audio_part, data_url, image_part, png_bytes
-from scripted_client import Script, ScriptedClient, ScriptedStream
+from scripted_client import Script, ScriptedClient
 from transformers import Qwen2AudioProcessor
 
 from configs.media_limits import MediaLimits
@@ -31,31 +29,11 @@ from deployments.prompting.tokenizer import load_tokenizer
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.requests import ChatCompletionRequest
-from engine.multimodal.inputs import MediaItem
-from engine.request_stats import SampleGroup
-from engine.sampling_params import SamplingParams
 from fixtures.family_tokenizers import save_family_tokenizer
+from fixtures.media_files import audio_bytes, audio_part, data_url, image_part, png_bytes
 from fixtures.tiny_multimodal import save_tiny_preprocessor, tiny_multimodal_config
 
 IMAGE_PAD, AUDIO_PAD = 151655, 151646
-
-
-@dataclass
-class MediaClient(ScriptedClient):
-    """The scripted client, also recording the media each request was queued with."""
-
-    media: list[tuple[MediaItem, ...]] = field(default_factory=list)
-
-    async def add(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        group: SampleGroup | None = None,
-        media: tuple[MediaItem, ...] = (),
-    ) -> ScriptedStream:
-        self.media.append(media)
-        return await super().add(request_id, prompt_token_ids, params, group)
 
 
 def tiny_replica_dir(root: Path, family: str) -> tuple[str, Any]:
@@ -90,7 +68,7 @@ def make_handler(
     path, tokenizer = checkpoint
     loader = load_media_loader(path, tokenizer, MediaLimits(**limits), family)
     return ChatHandler(
-        MediaClient(tokenizer, max_model_len=max_model_len),
+        ScriptedClient(tokenizer, max_model_len=max_model_len),
         tokenizer,
         ChatTemplate(tokenizer, None, family),
         grammars(tokenizer),
@@ -267,7 +245,7 @@ def test_completion_queues_the_media_and_counts_expanded_prompt_tokens(
     """Both choices of `n=2` get the image; usage counts the expanded prompt."""
     handler = make_handler(vlm_dir, "qwen2_5_vl")
     client = handler.engine
-    assert isinstance(client, MediaClient)
+    assert isinstance(client, ScriptedClient)
     client.scripts = [Script("a red square")]
     req = ChatCompletionRequest(
         messages=[user("what is this?", image_part(data_url(png_bytes(112, 84))))], n=2
@@ -276,9 +254,10 @@ def test_completion_queues_the_media_and_counts_expanded_prompt_tokens(
     rendered = render(handler, *[m.model_dump(exclude_none=True) for m in req.messages])
     assert response.choices[0].message.content == "a red square"
     assert response.usage.prompt_tokens == len(rendered.prompt)
-    assert [len(m) for m in client.media] == [1, 1]
-    assert client.media[0][0].content_hash == rendered.media[0].content_hash
-    assert client.media[0][0].offset == rendered.media[0].offset
+    media = [added.media for added in client.added]
+    assert [len(m) for m in media] == [1, 1]
+    assert media[0][0].content_hash == rendered.media[0].content_hash
+    assert media[0][0].offset == rendered.media[0].offset
 
 
 def test_a_decode_past_its_time_limit_is_a_400(vlm_dir: tuple[str, Any]) -> None:

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from media_files import png_bytes
 
 from configs.media_limits import MediaLimits
 from deployments.media.sources import read_image_url
 from deployments.media.url_fetch import check_public
 from deployments.protocol.errors import OpenAIError
+from fixtures.media_files import png_bytes
 
 PART = "messages[0].content[0].image_url.url"
 PNG = png_bytes(16, 16)

@@ -11,15 +11,9 @@ from typing import Any
 
 import pytest
 
+from fixtures.media_files import audio_part, image_part
 from load_tests.fuzz_checks import run_examples
-from load_tests.fuzz_media_mutators import (
-    MEDIA_LIMITS,
-    PRIVATE_URLS,
-    audio_part,
-    image_part,
-    mutate_media_parts,
-    samples,
-)
+from load_tests.fuzz_media_mutators import MEDIA_LIMITS, PRIVATE_URLS, mutate_media_parts, samples
 from load_tests.fuzz_requests import FuzzExample, fuzz_examples, make_example
 
 MODELS = ["vlm"]
