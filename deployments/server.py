@@ -131,7 +131,9 @@ class ModelServer:
         settings = ChatSettings(cfg.model_id, cfg.tool_parser, cfg.strict_tool_history)
         grammars = GrammarFactory(self.tokenizer, self.engine.vocab_size)
         preparer = Preparer(cfg.prepare_timeout_s)
-        media = load_media_loader(checkpoint, self.tokenizer, cfg.media, cfg.model_id)
+        media = load_media_loader(
+            checkpoint, self.tokenizer, cfg.media, cfg.model_id, cfg.input_modalities
+        )
         self.chat_handler = ChatHandler(
             self.engine, self.tokenizer, template, grammars, settings, preparer, media
         )

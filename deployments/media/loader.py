@@ -10,7 +10,7 @@ do no media work at all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -140,10 +140,35 @@ class MediaLoader:
 
 
 def load_media_loader(
-    checkpoint: str, tokenizer: Any, limits: MediaLimits, model_id: str
+    checkpoint: str,
+    tokenizer: Any,
+    limits: MediaLimits,
+    model_id: str,
+    declared: Collection[str] = ("text",),
 ) -> MediaLoader | None:
     """The media loader of a checkpoint directory whose `model_type` is in `MEDIA_FAMILIES`;
-    None for any other checkpoint (a text model, or a `.gguf` file)."""
+    None for any other checkpoint (a text model, or a `.gguf` file).
+
+    Args:
+        declared: the deployment's `input_modalities` (what the router sends it).
+
+    Raises:
+        ValueError: `declared` names a modality the checkpoint does not take (the router would
+            send it requests that all fail), or leaves out the one it does (none would come).
+    """
+    loader = _media_loader(checkpoint, tokenizer, limits, model_id)
+    takes = {"text"} | (set(loader.modalities) if loader is not None else set())
+    if set(declared) != takes:
+        raise ValueError(
+            f"model {model_id!r}: input_modalities {sorted(declared)} does not match its "
+            f"checkpoint, which takes {sorted(takes)}; set input_modalities: {sorted(takes)}"
+        )
+    return loader
+
+
+def _media_loader(
+    checkpoint: str, tokenizer: Any, limits: MediaLimits, model_id: str
+) -> MediaLoader | None:
     config_path = Path(checkpoint) / "config.json"
     if not config_path.is_file():
         return None

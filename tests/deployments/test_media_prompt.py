@@ -66,7 +66,8 @@ def make_handler(
 ) -> ChatHandler:
     """A chat handler for a tiny multimodal family over an engine client that records media."""
     path, tokenizer = checkpoint
-    loader = load_media_loader(path, tokenizer, MediaLimits(**limits), family)
+    takes = ["text", "image" if family == "qwen2_5_vl" else "audio"]
+    loader = load_media_loader(path, tokenizer, MediaLimits(**limits), family, takes)
     return ChatHandler(
         ScriptedClient(tokenizer, max_model_len=max_model_len),
         tokenizer,
@@ -111,8 +112,23 @@ def test_media_loader_only_for_multimodal_checkpoints(
     vlm_dir: tuple[str, Any], smollm2_path: str, tokenizer: Any
 ) -> None:
     assert load_media_loader(smollm2_path, tokenizer, MediaLimits(), "smollm2") is None
-    loader = load_media_loader(vlm_dir[0], vlm_dir[1], MediaLimits(), "vlm")
+    loader = load_media_loader(vlm_dir[0], vlm_dir[1], MediaLimits(), "vlm", ["text", "image"])
     assert isinstance(loader, MediaLoader) and loader.modalities == {"image"}
+
+
+@pytest.mark.parametrize("declared", [["text"], ["text", "image", "audio"], ["text", "audio"]])
+def test_input_modalities_must_match_the_checkpoint(
+    vlm_dir: tuple[str, Any], declared: list[str]
+) -> None:
+    """The router routes by `input_modalities`: one the checkpoint lacks would fail every
+    request sent for it, and one left out would never be sent; the replica refuses to start."""
+    with pytest.raises(ValueError, match=r"input_modalities .* set input_modalities: \['image'"):
+        load_media_loader(vlm_dir[0], vlm_dir[1], MediaLimits(), "vlm", declared)
+
+
+def test_a_text_model_declaring_images_is_refused(smollm2_path: str, tokenizer: Any) -> None:
+    with pytest.raises(ValueError, match=r"takes \['text'\]"):
+        load_media_loader(smollm2_path, tokenizer, MediaLimits(), "smollm2", ["text", "image"])
 
 
 def test_images_expand_as_the_qwen2_5_vl_processor_does(vlm: ChatHandler) -> None:
