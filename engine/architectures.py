@@ -10,9 +10,11 @@ refused when its config is read, before any weight loads
 (`engine.model_loader.load_config`: the engine, its draft model, `ascend-router plan` and
 `ascend-router quantize` all read configs there).
 
-A `model_type` is supported when its tiny checkpoint (`fixtures.tiny_checkpoints.FAMILY_CONFIGS`)
-matches transformers' greedy output through the engine (`tests/engine/test_families.py`);
-`tests/engine/test_architectures.py` keeps the two lists equal.
+A `model_type` is supported when its tiny checkpoint (`fixtures.tiny_checkpoints.FAMILY_CONFIGS`,
+or for an image or audio model `fixtures.tiny_multimodal.MULTIMODAL_FAMILIES`) matches
+transformers' greedy output through the engine (`tests/engine/test_families.py`,
+`tests/engine/test_multimodal_engine.py`); `tests/engine/test_architectures.py` keeps the lists
+equal.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "phi3": "K/V attention from one fused qkv projection",
     "deepseek_v2": "MLA cached as its latent (engine.mla_attention), softmax MoE",
     "deepseek_v3": "MLA as V2, grouped sigmoid MoE, optional MTP layer",
+    "qwen2_5_vl": (
+        "Qwen2 language model with M-RoPE positions (engine.multimodal.families) on K/V "
+        "attention; images through its own vision tower"
+    ),
+    "qwen2_audio": "Qwen2 language model on K/V attention; audio through its Whisper-style encoder",
     "deepseek_v4": (
         "sliding-window + compressed/indexed shared-KV attention on the hybrid cache "
         "(engine.deepseek_v4), hash and sqrt-softplus MoE, hyper-connections"

@@ -29,6 +29,8 @@ from engine.kv_cache import KVCacheSpec
 from engine.kv_layout import AnyKVSpec, block_manager_for, kv_spec
 from engine.lora.manager import LoraManager
 from engine.model_loader import eos_token_ids, load_config, load_model, weight_bytes
+from engine.multimodal.encoder_cache import EncoderCache
+from engine.multimodal.families import FAMILIES
 from engine.parallel.stage_layers import stage_layer_ranges
 from engine.scheduler import Scheduler
 from engine.spec_decode.build import Drafter, build_speculator, fit_hybrid_drafter, load_drafter
@@ -46,7 +48,8 @@ class EngineParts:
     """Everything an engine runs on (see `LLMEngine`'s attributes of the same names).
 
     Attributes:
-        hf_config: the checkpoint's model config.
+        hf_config: the checkpoint's model config (a multimodal checkpoint's whole config: its
+            language model's is `hf_config.get_text_config()`).
         dtype: the weights' and activations' dtype.
         device: where the model (rank 0's, under tensor parallel) lives.
         eos_token_ids: tokens that end a request.
@@ -101,16 +104,20 @@ def build_engine(
     eos = eos_token_ids(ref, hf_config)
     dtype = resolve_dtype(config.dtype, platform)
     device = platform.device()
-    max_model_len = config.max_model_len or int(getattr(hf_config, "max_position_embeddings", 2048))
-    spec = kv_spec(hf_config, dtype, tensor_parallel_size, config)
+    text_config = hf_config.get_text_config()
+    max_model_len = config.max_model_len or int(
+        getattr(text_config, "max_position_embeddings", 2048)
+    )
+    spec = kv_spec(text_config, dtype, tensor_parallel_size, config)
     graphs = _graph_spec(config, spec.hybrid, max_model_len)
     _check_parallel(config, tensor_parallel_size, spec)
+    _check_multimodal(config, hf_config, tensor_parallel_size)
     drafter = None
     executor: Executor
     stage_layers: list[int] | None = None  # decoder layers per pipeline stage
     if config.pipeline_parallel_size > 1:  # a bad partition fails before any rank starts
         ranges = stage_layer_ranges(
-            int(hf_config.num_hidden_layers),
+            int(text_config.num_hidden_layers),
             config.pipeline_parallel_size,
             config.pipeline_layer_partition,
         )
@@ -218,6 +225,35 @@ def _check_parallel(config: EngineConfig, tensor_parallel_size: int, spec: AnyKV
         )
 
 
+def _check_multimodal(
+    config: EngineConfig, hf_config: PretrainedConfig, tensor_parallel_size: int
+) -> None:
+    """Refuse, for an image or audio model (`engine.multimodal.families`), what its steps do
+    not run: its encoder and its embeddings-with-media inputs run in one process, eager, on the
+    base model, and M-RoPE positions are not given to drafting models.
+
+    Raises:
+        ValueError: naming the setting: tensor or pipeline parallel, speculative decoding,
+            LoRA, or decode graphs (`enforce_eager: false`).
+    """
+    model_type = str(getattr(hf_config, "model_type", ""))
+    if model_type not in FAMILIES:
+        return
+    refused = {
+        "tensor_parallel_size > 1 (use 1)": tensor_parallel_size > 1,
+        "pipeline_parallel_size > 1 (use 1)": config.pipeline_parallel_size > 1,
+        "speculative (remove it)": config.speculative is not None,
+        "lora (remove it)": config.lora is not None,
+        "enforce_eager: false (use true)": not config.enforce_eager,
+    }
+    named = [name for name, on in refused.items() if on]
+    if named:
+        raise ValueError(
+            f"{model_type} (an image or audio model) runs on one rank, eager, without "
+            f"speculative decoding or LoRA; its engine config sets {', '.join(named)}"
+        )
+
+
 def _local_executor(
     ref: CheckpointRef,
     config: EngineConfig,
@@ -252,7 +288,12 @@ def _local_executor(
                 spec, drafter, config.max_num_seqs, config.max_num_batched_tokens, config.block_size
             )
     lora = config.lora is not None
-    executor = LocalExecutor(model, spec, config.block_size, device, graphs, lora=lora)
+    encoder_cache = None
+    if hf_config.model_type in FAMILIES:
+        encoder_cache = EncoderCache(config.encoder_cache_items, config.max_num_seqs)
+    executor = LocalExecutor(
+        model, spec, config.block_size, device, graphs, lora=lora, encoder_cache=encoder_cache
+    )
     return executor, spec, drafter
 
 

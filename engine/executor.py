@@ -20,6 +20,7 @@ from engine.lora.adapter import LoraAdapter
 from engine.lora.model import LoraModel
 from engine.model_loader import weight_bytes
 from engine.model_runner import ModelRunner
+from engine.multimodal.encoder_cache import EncoderCache
 from engine.parallel.sharding import LinearShard
 from engine.parallel.stage_layers import StageLayers, stage_kv_caches
 from engine.step_input import StepInput
@@ -94,6 +95,8 @@ class ModelShard:
         stage: under pipeline parallel, the layers this shard holds
             (`engine.parallel.stage_layers`): its cache holds those layers only, and it runs
             steps through `engine.parallel.pipeline`. None: the whole model.
+        encoder_cache: a multimodal model's encoder outputs kept across steps
+            (`engine.multimodal.encoder_cache`); None: a text model, or none kept.
     """
 
     def __init__(
@@ -106,8 +109,10 @@ class ModelShard:
         lora: bool = False,
         lora_shards: Mapping[str, LinearShard] | None = None,
         stage: StageLayers | None = None,
+        encoder_cache: EncoderCache | None = None,
     ) -> None:
         self.stage = stage
+        self.encoder_cache = encoder_cache
         self.graphs = graphs
         self.model = model
         self.lora = LoraModel(model, device, lora_shards) if lora else None
@@ -152,7 +157,9 @@ class ModelShard:
         """Allocate the KV cache and make the shard ready to execute."""
         pad_blocks = 0 if self.graphs is None else 1
         caches = self._caches(num_blocks + pad_blocks)
-        self.runner = ModelRunner(self.model, caches, self.block_size, self.device, self.graphs)
+        self.runner = ModelRunner(
+            self.model, caches, self.block_size, self.device, self.graphs, self.encoder_cache
+        )
 
     def _caches(self, num_blocks: int) -> list[Any]:
         """Per-layer caches of `num_blocks` blocks: every layer's, or a pipeline stage's."""

@@ -44,7 +44,7 @@ def allocate_kv_caches(
 def kv_spec(
     hf_config: PretrainedConfig, dtype: torch.dtype, tensor_parallel_size: int, config: EngineConfig
 ) -> AnyKVSpec:
-    """The model's KV geometry per rank: DeepSeek-V4's hybrid kinds, with its sliding-window pool
+    """The model's (its language model's) KV geometry per rank: DeepSeek-V4's hybrid kinds, with its sliding-window pool
     sized for `config` (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others, in
     `config.kv_cache_dtype`.
 
@@ -53,6 +53,7 @@ def kv_spec(
             an 8-bit `kv_cache_dtype` for DeepSeek-V4 (its compressed caches are kept in the
             model dtype).
     """
+    hf_config = hf_config.get_text_config()  # a vision/audio model's language model
     if hf_config.model_type != "deepseek_v4":
         one = KVCacheSpec.from_config(hf_config, dtype, tensor_parallel_size)
         return replace(one, kv_cache_dtype=config.kv_cache_dtype)

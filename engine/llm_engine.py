@@ -103,7 +103,7 @@ class LLMEngine:
         self.hf_config = parts.hf_config
         self.dtype = parts.dtype
         self.device = parts.device
-        self.vocab_size = int(parts.hf_config.vocab_size)
+        self.vocab_size = int(parts.hf_config.get_text_config().vocab_size)
         self.input_modalities = config_modalities(parts.hf_config)
         """The media the model takes besides text (`engine.multimodal.inputs.Modality`)."""
         self.eos_token_ids = parts.eos_token_ids

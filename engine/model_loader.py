@@ -30,6 +30,8 @@ from engine.attention import ATTENTION_NAME
 from engine.checkpoint_ref import SAFETENSORS_INDEX, CheckpointRef
 from engine.fused_layers import use_fused_layers
 from engine.json_file import read_json_object
+from engine.multimodal.encoder_attention import ENCODER_ATTENTION_NAME
+from engine.multimodal.families import FAMILIES
 from engine.quantization import apply_quantization
 from engine.quantization.fp8_config import Fp8CheckpointConfig, checkpoint_quantization
 from engine.quantization.fp8_loader import apply_fp8_checkpoint, f4_key_mapping
@@ -52,7 +54,7 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 def _check_config_json(ref: CheckpointRef) -> None:
     """`model_type` is known to transformers and served by the engine, and `architectures` name
-    its causal-LM class."""
+    its causal-LM class (a multimodal family's: its `ForConditionalGeneration` class)."""
     cfg = read_json_object(ref.config_file)
     model_type = cfg.get("model_type")
     # a named refusal (engine.architectures) says why, even for a type transformers lacks
@@ -64,6 +66,8 @@ def _check_config_json(ref: CheckpointRef) -> None:
             "transformers version knows; fix model_type or upgrade transformers"
         )
     expected = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if model_type in FAMILIES:
+        expected = FAMILIES[model_type].model_class.__name__
     if expected is None and model_type not in REFUSED_MODEL_TYPES:
         raise ValueError(f"{ref.config_file}: model_type {model_type!r} has no causal-LM class")
     check_architecture(cfg, ref.config_file)
@@ -163,6 +167,11 @@ def load_model(
 ) -> torch.nn.Module:
     """Instantiate the HF causal-LM class for the checkpoint with paged attention.
 
+    A multimodal checkpoint (`engine.multimodal.families.FAMILIES`) loads into its family's
+    class: its language model (`text_config`) gets paged attention, its vision or audio encoder
+    the registry's encoder attention (`engine.multimodal.encoder_attention`); only language-model
+    modules are among those `use_fused_layers` swaps.
+
     With `weight_quantization="int4"` the weights are loaded in float32, the linears quantised
     (`engine.quantization.weight_int4`), and the rest cast to `dtype`. With
     `output_quantization="int8"` on CPU the output projection gets an int8 copy for small steps
@@ -185,22 +194,28 @@ def load_model(
     """
     _check_shards(ref)
     exact_first = weight_quantization == "int4" or output_quantization == "int8"
-    fp8 = (
-        None
-        if ref.from_gguf
-        else checkpoint_quantization(read_json_object(ref.config_file), ref.config_file)
-    )
+    cfg = None if ref.from_gguf else read_json_object(ref.config_file)
+    fp8 = None if cfg is None else checkpoint_quantization(cfg, ref.config_file)
     kwargs: dict[str, Any] = dict(ref.kwargs())
     if fp8 is not None:
         kwargs["config"] = _fp8_skeleton_config(ref, fp8, mtp)
         kwargs["key_mapping"] = f4_key_mapping(ref) or None
+    family = None if cfg is None else FAMILIES.get(str(cfg.get("model_type")))
+    model_class: Any = AutoModelForCausalLM if family is None else family.model_class
+    attention: str | dict[str, str] = ATTENTION_NAME
+    if family is not None:
+        attention = {
+            "": ATTENTION_NAME,
+            "text_config": ATTENTION_NAME,
+            family.encoder_config: ENCODER_ATTENTION_NAME,
+        }
     try:
         # Mismatched shapes are collected (not raised as a multi-line report) and reported by
         # `_check_loading_info`, which never lets a re-initialised tensor through.
-        loaded = AutoModelForCausalLM.from_pretrained(
+        loaded = model_class.from_pretrained(
             ref.directory,
             dtype=torch.float32 if exact_first else dtype,
-            attn_implementation=ATTENTION_NAME,
+            attn_implementation=attention,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
             **kwargs,

@@ -1,4 +1,9 @@
-"""Runs one flattened batch through the HF model over the paged KV cache."""
+"""Runs one flattened batch through the HF model over the paged KV cache.
+
+A step whose sequences carry images or audio (`StepInput.media`) enters the decoder as
+embeddings with the encoder's rows in place of the placeholders, and, for an M-RoPE model, with
+3-section positions (`engine.multimodal.prefill_inputs`); every other step enters as token ids.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ from engine.decode_graphs import DecodeGraphSpec, pad_decode_step
 from engine.deepseek_v4.step_indices import HybridStep
 from engine.forward_context import ForwardContext, forward_context
 from engine.lora.batch import LoraBatch
+from engine.multimodal.encoder_cache import EncoderCache
+from engine.multimodal.families import family_of
+from engine.multimodal.prefill_inputs import MediaInputs
 from engine.step_input import StepInput
 from npu_ops.graph_mode import compile_graph
 from npu_ops.ops import active_ops
@@ -27,6 +35,8 @@ class ModelRunner:
         graphs: decode steps to run as captured graphs (`engine.decode_graphs`); None runs
             every step eager. With graphs, the caches' last block is the padding block, which
             the engine's block manager does not own.
+        encoder_cache: where a multimodal model keeps encoder outputs (None: only within a
+            step); ignored for a text model.
 
     Raises:
         ValueError: graph mode asked for and the platform's compiler is missing.
@@ -39,8 +49,16 @@ class ModelRunner:
         block_size: int,
         device: torch.device,
         graphs: DecodeGraphSpec | None = None,
+        encoder_cache: EncoderCache | None = None,
     ) -> None:
         self.model = model
+        self.media: MediaInputs | None = None
+        """Builds the decoder inputs of steps with media; None for a text model."""
+        family = family_of(model)
+        if family is not None:
+            if encoder_cache is None:
+                encoder_cache = EncoderCache(shared_items=0, max_requests=1)
+            self.media = MediaInputs(family, model.get_input_embeddings(), encoder_cache)
         self.decoder = model.get_decoder()
         self.graphs = graphs
         self.graph_decoder = (
@@ -233,7 +251,12 @@ class ModelRunner:
         (a later pipeline stage)."""
         q_pos, ctx = self._metadata(step, width)
         extra: dict[str, torch.Tensor] = {}
-        if inputs_embeds is None:
+        positions = q_pos.to(self.device)[None]
+        if step.media and inputs_embeds is None:
+            assert self.media is not None, "media in a step of a text model"
+            embeds, positions = self.media.inputs(step, q_pos, self.device)
+            extra["inputs_embeds"] = embeds[None]
+        elif inputs_embeds is None:
             extra["input_ids"] = torch.tensor(step.token_ids, device=self.device)[None]
         else:
             extra["inputs_embeds"] = inputs_embeds[None]
@@ -241,7 +264,7 @@ class ModelRunner:
             extra["previous_hidden_states"] = previous
         with forward_context(ctx):
             hidden: torch.Tensor = decoder(
-                position_ids=q_pos.to(self.device)[None], use_cache=False, **extra
+                position_ids=positions, use_cache=False, **extra
             ).last_hidden_state[0]
         return hidden
 

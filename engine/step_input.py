@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.multimodal.inputs import MediaItem
 from engine.scheduler import SchedulerOutput
 
 
@@ -31,6 +32,12 @@ class StepInput:
             hybrid KV cache (`engine.hybrid_block_manager`); empty for other models.
         return_hidden: also return every token's final hidden state
             (`engine.step_result.StepResult.hidden`; the MTP drafter reads them).
+        media: per sequence, its prompt's media items (`engine.sequence.Sequence.media`),
+            which the runner encodes where they fall in the step's prefill rows and, for an
+            M-RoPE model, places the sequence's rows by; empty when no sequence of the step has
+            media.
+        request_ids: per sequence, its request id (the encoder cache keeps outputs per request
+            during its prefill); empty when `media` is.
     """
 
     token_ids: list[int]
@@ -42,6 +49,8 @@ class StepInput:
     lora_ids: tuple[int | None, ...] = ()
     sliding_tables: tuple[tuple[int, ...], ...] = ()
     return_hidden: bool = False
+    media: tuple[tuple[MediaItem, ...], ...] = ()
+    request_ids: tuple[str, ...] = ()
 
     @classmethod
     def from_schedule(
@@ -51,6 +60,7 @@ class StepInput:
         attributes)."""
         token_ids: list[int] = []
         lora_ids = tuple(s.seq.lora_id for s in batch.scheduled)
+        with_media = any(s.seq.media for s in batch.scheduled)
         for s in batch.scheduled:
             start = s.seq.num_computed_tokens
             known = s.num_new_tokens - len(s.draft_token_ids)
@@ -68,4 +78,6 @@ class StepInput:
                 tuple(s.seq.sliding_table) for s in batch.scheduled if s.seq.sliding_table
             ),
             return_hidden=return_hidden,
+            media=tuple(s.seq.media for s in batch.scheduled) if with_media else (),
+            request_ids=tuple(s.seq.request_id for s in batch.scheduled) if with_media else (),
         )

@@ -23,7 +23,9 @@ from engine.architectures import REFUSED_MODEL_TYPES, SUPPORTED_MODEL_TYPES
 from engine.checkpoint_ref import CheckpointRef
 from engine.llm_engine import LLMEngine
 from engine.model_loader import load_config
+from engine.multimodal.families import FAMILIES
 from fixtures.tiny_checkpoints import FAMILY_CONFIGS, make_tiny_checkpoint
+from fixtures.tiny_multimodal import MULTIMODAL_FAMILIES
 
 PROD = Path(__file__).resolve().parents[2] / "configs" / "prod.yaml"
 SUPPORTED_LIST = "Supported: " + ", ".join(sorted(SUPPORTED_MODEL_TYPES))
@@ -140,9 +142,11 @@ def test_a_gguf_of_an_unserved_architecture_is_refused(
 def test_every_supported_type_is_a_transformers_causal_lm_with_a_tested_tiny_checkpoint() -> None:
     for model_type in SUPPORTED_MODEL_TYPES:
         assert model_type in CONFIG_MAPPING, model_type
-        assert model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, model_type
-    # tests/engine/test_families.py runs each of these against transformers' generate
-    assert set(SUPPORTED_MODEL_TYPES) == set(FAMILY_CONFIGS)
+        assert model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or model_type in FAMILIES, model_type
+    # tests/engine/test_families.py runs each text family against transformers' generate,
+    # tests/engine/test_multimodal_engine.py each image or audio family
+    assert set(SUPPORTED_MODEL_TYPES) == set(FAMILY_CONFIGS) | set(MULTIMODAL_FAMILIES)
+    assert set(MULTIMODAL_FAMILIES) == set(FAMILIES)
     assert not set(SUPPORTED_MODEL_TYPES) & set(REFUSED_MODEL_TYPES)
 
 
