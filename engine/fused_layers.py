@@ -4,8 +4,10 @@ As vLLM's Transformers back-end does, the HF model class defines the architectur
 checkpoint in its own layout; `use_fused_layers` then swaps, module by module:
 
 - every RMSNorm (`input_layernorm`, `post_attention_layernorm`, the final `norm`, Qwen3's
-  per-head `q_norm`/`k_norm`) for `RegistryRMSNorm` → op `rms_norm` (`npu_rms_norm` on Ascend,
-  `F.rms_norm` on CPU and CUDA);
+  per-head `q_norm`/`k_norm`, Qwen2.5-VL's vision blocks and patch merger) for
+  `RegistryRMSNorm` → op `rms_norm` (`npu_rms_norm` on Ascend, `F.rms_norm` on CPU and CUDA);
+- every `nn.LayerNorm` (only vision/audio encoders have them: Qwen2-Audio's tower) for
+  `RegistryLayerNorm` → op `layer_norm` (`F.layer_norm`, native on Ascend too);
 - every SiLU-gated MLP (dense layers, DeepSeek's shared experts) for `RegistrySwiGLUMLP`: gate
   and up projections merged into one `gate_up_proj` GEMM, then op `swiglu` (`npu_swiglu`);
 - the attention modules of the families with separate or fused q/k/v projections and
@@ -50,8 +52,9 @@ logger = logging.getLogger(__name__)
 
 _FAMILIES = ("Llama", "Qwen2", "Qwen3", "Qwen3Moe", "Phi3", "DeepseekV2", "DeepseekV3")
 """transformers class-name prefixes of the families served."""
-NORMS = frozenset(f"{family}RMSNorm" for family in _FAMILIES)
-"""RMSNorm classes computing `weight * (x * rsqrt(mean(x²) + eps))` (transformers' LlamaRMSNorm)."""
+NORMS = frozenset(f"{family}RMSNorm" for family in (*_FAMILIES, "Qwen2_5_VL"))
+"""RMSNorm classes computing `weight * (x * rsqrt(mean(x²) + eps))` (transformers' LlamaRMSNorm;
+Qwen2.5-VL's, in its vision tower and language model, is the same code)."""
 MLPS = frozenset(f"{family}MLP" for family in _FAMILIES)
 """MLP classes computing `down(act(gate(x)) * up(x))` (Phi-3: gate and up fused already)."""
 ATTENTIONS = frozenset(
@@ -76,6 +79,26 @@ class RegistryRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`[..., H]` -> `[..., H]` in `x.dtype`."""
         return self._ops.rms_norm(x, self.weight, self.eps)
+
+
+class RegistryLayerNorm(nn.Module):
+    """`nn.LayerNorm` (an encoder's: Qwen2-Audio's Whisper-style tower) through op `layer_norm`.
+
+    Args:
+        norm: the `nn.LayerNorm` over the last dimension (its `weight`, `bias` `[H]` are
+            shared, `eps` copied).
+    """
+
+    def __init__(self, norm: nn.LayerNorm) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.bias = norm.bias
+        self.eps = float(norm.eps)
+        self._ops = active_ops()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`[..., H]` -> `[..., H]` in `x.dtype`."""
+        return self._ops.layer_norm(x, self.weight, self.bias, self.eps)
 
 
 class MergedProjection(nn.Module):
@@ -258,6 +281,8 @@ def use_fused_layers(model: nn.Module) -> Counter[str]:
             replacement = RegistrySwiGLUMLP(module)
         elif kind in NORMS and not name.endswith(("q_norm", "k_norm")):
             replacement = RegistryRMSNorm(module)
+        elif type(module) is nn.LayerNorm and len(module.normalized_shape) == 1:
+            replacement = RegistryLayerNorm(module)
         if replacement is None:
             continue
         parent, _, child = name.rpartition(".")

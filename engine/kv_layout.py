@@ -44,8 +44,9 @@ def allocate_kv_caches(
 def kv_spec(
     hf_config: PretrainedConfig, dtype: torch.dtype, tensor_parallel_size: int, config: EngineConfig
 ) -> AnyKVSpec:
-    """The model's (its language model's) KV geometry per rank: DeepSeek-V4's hybrid kinds, with its sliding-window pool
-    sized for `config` (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others, in
+    """The model's (a vision/audio model's: its language model's) KV geometry per rank:
+    DeepSeek-V4's hybrid kinds, with its sliding-window pool sized for `config`
+    (`HybridKVSpec.sliding_blocks_for`), or the one kind of the others, in
     `config.kv_cache_dtype`.
 
     Raises:

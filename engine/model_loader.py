@@ -169,8 +169,8 @@ def load_model(
 
     A multimodal checkpoint (`engine.multimodal.families.FAMILIES`) loads into its family's
     class: its language model (`text_config`) gets paged attention, its vision or audio encoder
-    the registry's encoder attention (`engine.multimodal.encoder_attention`); only language-model
-    modules are among those `use_fused_layers` swaps.
+    the registry's encoder attention (`engine.multimodal.encoder_attention`); `use_fused_layers`
+    swaps the encoders' norms too.
 
     With `weight_quantization="int4"` the weights are loaded in float32, the linears quantised
     (`engine.quantization.weight_int4`), and the rest cast to `dtype`. With

@@ -170,14 +170,15 @@ def _from_config(
     weights: WeightBytes | None = None,
 ) -> ModelFacts:
     """Facts of a model whose config was read (a local checkpoint or a stored hub config)."""
-    spec = KVCacheSpec.from_config(config, torch.float32)
+    text = config.get_text_config()  # a vision/audio model's language model holds the KV
+    spec = KVCacheSpec.from_config(text, torch.float32)
     heads, k_dim, v_dim = spec.num_kv_heads, spec.k_head_dim, spec.v_head_dim
     latent: tuple[int | None, int | None] = (None, None)
     if spec.latent:  # attention ops see the expanded heads; the cache holds the latent
-        heads, v_dim = config.num_attention_heads, config.v_head_dim
-        k_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+        heads, v_dim = text.num_attention_heads, text.v_head_dim
+        k_dim = text.qk_nope_head_dim + text.qk_rope_head_dim
         latent = (spec.k_head_dim, spec.v_head_dim)
-    max_len = model.engine.max_model_len or getattr(config, "max_position_embeddings", None)
+    max_len = model.engine.max_model_len or getattr(text, "max_position_embeddings", None)
     if max_len is None and model.shape is not None:
         max_len = model.shape.max_model_len
     if max_len is None:

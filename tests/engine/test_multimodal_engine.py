@@ -29,7 +29,9 @@ from transformers import (
 )
 
 from configs.engine_config import EngineConfig
+from engine.fused_layers import RegistryLayerNorm, RegistryRMSNorm
 from engine.llm_engine import LLMEngine
+from engine.multimodal.encoder_attention import ENCODER_ATTENTION_NAME
 from engine.multimodal.encoder_cache import EncoderCache
 from engine.multimodal.families import FAMILIES
 from engine.multimodal.inputs import MediaItem, config_modalities
@@ -313,6 +315,23 @@ def test_two_clips_in_one_step_run_one_encoder_batch(audio_path: Path) -> None:
     step(engine, {})
     assert media.encoder_calls == 1
     run_to_completion(engine)
+    engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("family", "encoder", "norm"),
+    [("vl_path", "visual", RegistryRMSNorm), ("audio_path", "audio_tower", RegistryLayerNorm)],
+)
+def test_encoders_run_through_the_op_registry(
+    family: str, encoder: str, norm: type, request: pytest.FixtureRequest
+) -> None:
+    """The towers' attention is the registry's `encoder_attention`, their norms its ops."""
+    engine = _engine(request.getfixturevalue(family))
+    model = engine.executor.runner.model  # type: ignore[attr-defined]
+    tower = getattr(model.model, encoder)
+    assert tower.config._attn_implementation == ENCODER_ATTENTION_NAME
+    norms = [m for m in tower.modules() if isinstance(m, norm)]
+    assert norms and not any(isinstance(m, torch.nn.LayerNorm) for m in tower.modules())
     engine.shutdown()
 
 
