@@ -47,7 +47,8 @@ def decode_audio(
     try:
         info = soundfile.info(io.BytesIO(raw))
     except (RuntimeError, TypeError, ValueError) as exc:  # LibsndfileError is a RuntimeError
-        raise bad_media(param, f"not a readable {fmt} file: {exc}") from None
+        reason = getattr(exc, "error_string", None) or str(exc)  # without the BytesIO's repr
+        raise bad_media(param, f"not a readable {fmt} file: {reason}") from None
     if info.format not in CONTAINERS[fmt]:
         raise bad_media(param, f"input_audio.format is {fmt!r}, but the data is {info.format}")
     if info.samplerate <= 0 or info.frames <= 0:

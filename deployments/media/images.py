@@ -4,6 +4,7 @@ is decoded (PIL's `Image.open` reads the header only; `load` decodes)."""
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 from PIL import Image
@@ -29,8 +30,10 @@ def decode_image(raw: bytes, limits: MediaLimits, param: str) -> Image.Image:
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             image = Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS)
-        except Image.DecompressionBombError as exc:
-            raise _too_many(param, str(exc), limits) from None
+        except Image.DecompressionBombError as exc:  # "Image size (N pixels) exceeds ..."
+            pixels = re.search(r"\((\d+) pixels\)", str(exc))
+            what = f"an image of {pixels.group(1)} pixels" if pixels else "an image"
+            raise _too_many(param, what, limits) from None
         except (OSError, SyntaxError, ValueError) as exc:  # PIL's "cannot identify image file"
             formats = "/".join(IMAGE_FORMATS)
             raise bad_media(param, f"not a readable {formats} image: {exc}") from None
