@@ -29,11 +29,14 @@ _Layout = tuple[int, tuple[tuple[int, int, tuple[int, ...]], ...]]
 
 @dataclass(frozen=True)
 class _Placement:
-    """An item of the step and the first row of the flattened batch it fills."""
+    """An item of the step, the first row of the flattened batch it fills, and how many of its
+    leading rows the step skips (their KV came from the prefix cache: a hit may end inside an
+    item, as full blocks are cached whatever they hold)."""
 
     request_id: str
     item: MediaItem
     row: int
+    skip: int = 0
 
 
 class MediaInputs:
@@ -78,7 +81,8 @@ class MediaInputs:
                 f"encoder gave {out.shape[0]} rows for a {place.item.modality} item of "
                 f"{place.item.length} placeholder tokens"
             )
-            embeds[place.row : place.row + place.item.length] = out.to(embeds.dtype)
+            rows = place.item.length - place.skip
+            embeds[place.row : place.row + rows] = out[place.skip :].to(embeds.dtype)
         for rid, start, q, plen in zip(
             step.request_ids, step.starts, step.q_lens, step.prompt_lens, strict=True
         ):
@@ -99,11 +103,12 @@ class MediaInputs:
             for item in items:
                 if item.end <= start or item.offset >= end:
                     continue
-                assert start <= item.offset and item.end <= end, (
+                assert item.end <= end, (  # the scheduler ends no chunk inside an item
                     f"request {rid}: chunk [{start}, {end}) splits a {item.modality} item at "
                     f"[{item.offset}, {item.end})"
                 )
-                placed.append(_Placement(rid, item, row0 + item.offset - start))
+                skip = max(0, start - item.offset)
+                placed.append(_Placement(rid, item, row0 + item.offset + skip - start, skip))
             row0 += q
         return placed
 

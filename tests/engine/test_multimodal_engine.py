@@ -256,6 +256,29 @@ def test_image_prompts_in_a_mixed_chunked_batch_equal_generate(vl_path: Path) ->
     engine.shutdown()
 
 
+def test_a_prefix_hit_that_ends_inside_an_image_recomputes_only_its_tail(vl_path: Path) -> None:
+    """Full blocks are cached whatever they hold, so a repeated prompt that ends with its image
+    hits blocks that end inside the image: the step starts mid-item, and the encoder output's
+    tail fills its rows (what a served repeat of an image question does)."""
+    engine = _engine(vl_path)
+    ids, items, hf_inputs = image_prompt(vl_path, "Look:", [_image(3, 56, 84)])
+    ids = ids[: items[0].end + 1]  # ... <|image_pad|> x n <|vision_end|>
+    ours: dict[str, list[int]] = {}
+    cached: dict[str, int] = {}
+    for name in ("first", "again"):
+        engine.add_request(name, ids, greedy(MAX_TOKENS), media=items)
+        while engine.has_unfinished():
+            for out in engine.step():
+                ours.setdefault(out.request_id, []).extend(out.new_token_ids)
+                cached[out.request_id] = out.num_cached_tokens
+    assert items[0].offset < cached["again"] < items[0].end  # the hit ends inside the image
+    assert ours["again"] == ours["first"]
+    hf = _hf(Qwen2_5_VLForConditionalGeneration, vl_path)
+    assert_same_until_tie(ours["first"], hf, (ids, items, hf_inputs))
+    assert_blocks_free(engine)
+    engine.shutdown()
+
+
 def test_different_images_never_share_blocks(vl_path: Path) -> None:
     engine = _engine(vl_path, max_num_batched_tokens=64)
     text = "Describe the picture below in one long sentence, please, with care."
