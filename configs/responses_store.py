@@ -20,6 +20,12 @@ class ResponsesStoreConfig(BaseModel):
         description="Responses kept (with their conversations); the least recently used goes "
         "first when full.",
     )
+    max_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=0,
+        description="Bytes of text kept (responses and their conversations, a data-URL image "
+        "as its base64 text, each message once); the least recently used goes first when full.",
+    )
     ttl_s: float = Field(
         3600.0, gt=0, description="Seconds a stored response stays retrievable after it is made."
     )

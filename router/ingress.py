@@ -110,7 +110,9 @@ class Router:
         self.created = int(time.time())
         self.anthropic = AnthropicEdge()
         store = self.config.responses_store
-        self.responses = ResponsesEdge(ResponseStore(store.max_responses, store.ttl_s))
+        self.responses = ResponsesEdge(
+            ResponseStore(store.max_responses, store.ttl_s, store.max_bytes)
+        )
 
     # ---- Python API (also used by the HTTP routes) ----------------------------------------
 

@@ -8,9 +8,11 @@ OpenAI documents that "when using along with `previous_response_id`, the instruc
 previous response will not be carried over to the next response" (API reference, "Responses:
 create", `instructions`).
 
-The store is bounded: at most `max_entries` (the least recently used entry is evicted first),
-each for at most `ttl_s` seconds after it was stored. It lives in the memory of one router
-replica: with more than one router replica, a follow-up (`previous_response_id`, `GET`,
+The store is bounded: at most `max_entries` and `max_bytes` (the least recently used entry is
+evicted first), each for at most `ttl_s` seconds after it was stored. Bytes are the characters of
+the strings a response and its messages hold (a data-URL image counts its base64 text), each
+message counted once however many stored conversations share it. It lives in the memory of one
+router replica: with more than one router replica, a follow-up (`previous_response_id`, `GET`,
 `DELETE`) may land on a replica that does not hold the response and is answered 404. The default
 single router replica is correct; more replicas need sticky sessions or a shared store.
 
@@ -51,27 +53,38 @@ class ResponseStore:
     Args:
         max_entries: responses kept at most; storing one more evicts the least recently used.
         ttl_s: seconds a response is kept after it was stored.
+        max_bytes: string bytes kept at most (see the module docstring); storing past it evicts
+            the least recently used until it fits (a single larger response is kept alone).
         clock: monotonic seconds (injectable for tests).
 
     Raises:
-        ValueError: `max_entries` below 1 or `ttl_s` not positive.
+        ValueError: `max_entries` or `max_bytes` below 1, or `ttl_s` not positive.
     """
 
     def __init__(
         self,
         max_entries: int = 1024,
         ttl_s: float = 3600.0,
+        max_bytes: int = 256 << 20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be at least 1, not {max_entries}")
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError(
+                f"max_entries ({max_entries}) and max_bytes ({max_bytes}) must be >= 1"
+            )
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be positive, not {ttl_s}")
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self.clock = clock
         self._entries: OrderedDict[str, StoredResponse] = OrderedDict()  # in use order
         self._by_age: OrderedDict[str, float] = OrderedDict()  # in storing order: oldest first
+        self._held: dict[
+            int, tuple[int, int]
+        ] = {}  # id(message) -> (its bytes, entries holding it)
+        self.bytes = 0
+        """String bytes held now (responses, and each distinct message once)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -84,7 +97,10 @@ class ResponseStore:
         entry = StoredResponse(response, messages, self.clock())
         self._entries[key] = entry
         self._by_age[key] = entry.stored_at
-        while len(self._entries) > self.max_entries:
+        self._hold(entry, +1)
+        while len(self._entries) > self.max_entries or (
+            self.bytes > self.max_bytes and len(self._entries) > 1
+        ):
             self._forget(next(iter(self._entries)))
 
     def get(self, response_id: str, param: str = "response_id") -> StoredResponse:
@@ -116,7 +132,27 @@ class ResponseStore:
 
     def _forget(self, key: str) -> bool:
         self._by_age.pop(key, None)
-        return self._entries.pop(key, None) is not None
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        self._hold(entry, -1)
+        return True
+
+    def _hold(self, entry: StoredResponse, delta: int) -> None:
+        """Count an entry's bytes in (`delta` +1) or out (-1): its response's own, and each
+        message's when no other stored entry holds that message object."""
+        self.bytes += delta * _string_bytes(entry.response)
+        for message in entry.messages:
+            size, holders = self._held.get(id(message), (0, 0))
+            if holders == 0:
+                size = _string_bytes(message)
+                self.bytes += size
+            holders += delta
+            if holders == 0:
+                self.bytes -= size
+                del self._held[id(message)]
+            else:
+                self._held[id(message)] = (size, holders)
 
     def _expire(self) -> None:
         """Drop the entries stored `ttl_s` or more ago (the oldest first: the clock is
@@ -124,6 +160,21 @@ class ResponseStore:
         cutoff = self.clock() - self.ttl_s
         while self._by_age and next(iter(self._by_age.values())) <= cutoff:
             self._forget(next(iter(self._by_age)))
+
+
+def _string_bytes(value: Any) -> int:
+    """Characters of every string in a JSON value (keys included), iteratively."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(k) for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def _not_found(response_id: str, param: str) -> OpenAIError:

@@ -95,8 +95,40 @@ def test_unknown_and_deleted_ids_are_404_not_found() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "word"), [({"max_entries": 0}, "max_entries"), ({"ttl_s": 0}, "ttl_s")]
+    ("kwargs", "word"),
+    [({"max_entries": 0}, "max_entries"), ({"ttl_s": 0}, "ttl_s"), ({"max_bytes": 0}, "max_bytes")],
 )
 def test_bounds_must_be_positive(kwargs, word) -> None:
     with pytest.raises(ValueError, match=word):
         ResponseStore(**kwargs)
+
+
+def test_bytes_bound_the_store_and_shared_messages_count_once() -> None:
+    """An image-sized message (a data URL's text) counts by its length; a follow-up that
+    continues the conversation shares its message objects, which count once; eviction of the
+    least recently used keeps the total under `max_bytes`, and forgetting returns the bytes."""
+    store = ResponseStore(max_entries=100, max_bytes=25_000)
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x" * 10_000}}]}
+    store.put(response("r1"), [image])
+    after_one = store.bytes
+    assert 10_000 < after_one < 10_200
+    reply = {"role": "assistant", "content": "ok"}
+    store.put(response("r2"), [image, reply])  # a follow-up: the image counted once
+    assert store.bytes < after_one + 200
+    other = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "y" * 10_000}}]}
+    store.put(response("r3"), [other])
+    assert store.bytes <= 25_000 and held(store, "r1", "r2", "r3") == ["r1", "r2", "r3"]
+    third = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "z" * 10_000}}]}
+    store.put(response("r4"), [third])  # over: r1 goes, but r2 still holds the first image
+    assert held(store, "r1", "r2", "r3", "r4") == ["r3", "r4"]  # r1 then r2 (the image's bytes)
+    assert store.bytes <= 25_000
+    store.delete("r3")
+    store.delete("r4")
+    assert store.bytes == 0 and len(store) == 0
+
+
+def test_a_response_larger_than_the_budget_is_kept_alone() -> None:
+    store = ResponseStore(max_bytes=100)
+    store.put(response("small"), [{"role": "user", "content": "hi"}])
+    store.put(response("big"), [{"role": "user", "content": "x" * 1000}])
+    assert held(store, "small", "big") == ["big"]
