@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from configs.model_config import ModelDeploymentConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 1
+    mismatched = [problem for m in config.models if (problem := _modalities_problem(m))]
+    if mismatched:
+        print("\n".join(mismatched), file=sys.stderr)
+        return 1
     for m in config.models:
         default = " (default)" if m.model_id == config.default else ""
         print(
@@ -36,3 +45,27 @@ def run(args: argparse.Namespace) -> int:
             f"dtype={m.engine.dtype} resources={m.deployment.ray_actor_options}"
         )
     return 0
+
+
+def _modalities_problem(model: ModelDeploymentConfig) -> str | None:
+    """Why a model's `input_modalities` does not match its checkpoint (a local checkpoint
+    directory's `config.json` `model_type`), as the replica would refuse it at start-up; None
+    when it matches or the checkpoint is not a local directory (a GGUF file is a text model)."""
+    from configs.policy_config import checkpoint_modalities
+
+    source = model.source.path
+    model_type = None
+    if source is not None and (Path(source) / "config.json").is_file():
+        try:
+            model_type = json.loads((Path(source) / "config.json").read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None  # the replica's own loader reports an unreadable config
+    elif source is not None and not source.endswith(".gguf"):
+        return None  # not on this machine: checked when the replica starts
+    takes = checkpoint_modalities(model_type)
+    if sorted(model.input_modalities) == takes:
+        return None
+    return (
+        f"model {model.model_id!r}: input_modalities {sorted(model.input_modalities)} does not "
+        f"match its checkpoint, which takes {takes}; set input_modalities: {takes}"
+    )

@@ -49,6 +49,16 @@ InputModality = Literal["text", "image", "audio"]
 MediaModality = Literal["image", "audio"]
 """The input modalities other than text, which a request holds in its content parts."""
 
+CHECKPOINT_MODALITIES: dict[str, MediaModality] = {"qwen2_5_vl": "image", "qwen2_audio": "audio"}
+"""`model_type` (a checkpoint's `config.json`) -> the media it takes besides text; a type not
+listed is a text model. The replica, the engine and `check-config` hold `input_modalities` to it."""
+
+
+def checkpoint_modalities(model_type: str | None) -> list[InputModality]:
+    """What a checkpoint of `model_type` takes: `["text"]`, or text and its media modality."""
+    media = CHECKPOINT_MODALITIES.get(model_type or "")
+    return ["text"] if media is None else sorted(["text", media])
+
 
 def _takes_text(modalities: list[InputModality]) -> list[InputModality]:
     """Every chat model takes text (a VLM's or Qwen2-Audio's prompt is text around the media),

@@ -17,6 +17,8 @@ from typing import Literal
 import torch
 from transformers import PretrainedConfig
 
+from configs.policy_config import CHECKPOINT_MODALITIES
+
 Modality = Literal["image", "audio"]
 """The media kinds a request may carry (text is implicit)."""
 
@@ -69,11 +71,7 @@ def media_hash(modality: Modality, data: dict[str, torch.Tensor]) -> bytes:
 
 
 def config_modalities(config: PretrainedConfig) -> frozenset[Modality]:
-    """The media a checkpoint's config takes: "image" with a `vision_config` (Qwen2.5-VL),
-    "audio" with an `audio_config` (Qwen2-Audio); empty for a text model."""
-    kinds: set[Modality] = set()
-    if getattr(config, "vision_config", None) is not None:
-        kinds.add("image")
-    if getattr(config, "audio_config", None) is not None:
-        kinds.add("audio")
-    return frozenset(kinds)
+    """The media a checkpoint's config takes (`configs.policy_config.CHECKPOINT_MODALITIES` by
+    its `model_type`); empty for a text model."""
+    media = CHECKPOINT_MODALITIES.get(str(getattr(config, "model_type", "")))
+    return frozenset() if media is None else frozenset({media})
