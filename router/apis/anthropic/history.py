@@ -65,8 +65,8 @@ def _turn(message: InputMessage, i: int) -> list[JsonObject]:
     for j, block in enumerate(message.content):
         if block.type not in allowed:
             raise OpenAIError(
-                f"a {message.role} message cannot hold a {block.type!r} block; {message.role} "
-                f"messages take {', '.join(allowed)} blocks",
+                f"{message.role} messages cannot hold a {block.type!r} block; they "
+                f"take {', '.join(allowed)} blocks",
                 param=f"messages[{i}].content[{j}]",
             )
     if message.role == "assistant":

@@ -55,7 +55,7 @@ _TOOL_RESULT_IMAGE = {
             {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a",
                                                         "name": "f", "input": {}}]}]},
             "messages[0].content[0]",
-            "a user message cannot hold a 'tool_use' block",
+            "user messages cannot hold a 'tool_use' block",
         ),
         ({"messages": [_ASSISTANT_IMAGE]}, "messages[0].content[0]", "cannot hold a 'image'"),
         ({"messages": [_TOOL_RESULT_IMAGE]}, "messages[0].content[0].content[0]", "tool_result"),
