@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from deployments.protocol.errors import (
     ENGINE_UNAVAILABLE,
     INTERNAL_ERROR,
+    REPLICA_BUSY,
     ErrorResponse,
     internal_error,
 )
@@ -105,6 +106,8 @@ def _pass_reason(answer: BaseModel, last: bool) -> str | None:
         return None
     if answer.error.code == ENGINE_UNAVAILABLE:
         return "down"
+    if answer.error.code == REPLICA_BUSY and not last:
+        return "saturated"
     if answer.status_code >= 500:
         return "error"
     if answer.error.code == "context_length_exceeded" and not last:
@@ -185,6 +188,7 @@ async def dispatch(
                 result.close()
             assert isinstance(answer, ErrorResponse)
             reason, detail = passed, f"{model}: {answer.error.message}"
+            saturated |= passed == "saturated"
             if passed == "down":
                 caller.health.mark_down(caller.catalog.base(model), answer.error.message[:300])
         metrics.fallbacks.labels(model, reason).inc()

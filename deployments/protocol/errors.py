@@ -16,6 +16,11 @@ ENGINE_ERROR = "engine_error"
 """500: the engine failed the step that carried this request before its first token (a forward
 pass that raised). The router may try another model; the replica's health is unchanged."""
 
+REPLICA_BUSY = "replica_busy"
+"""429: the replica had no preparation thread free for this request within its bound
+(`deployments.handlers.preparation`): load, not the request's fault. The router tries the next
+candidate, else answers 429 with `Retry-After`."""
+
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """503: the replica's engine loop is not running (a replica fault): the router marks the model
 down and tries another; Ray Serve replaces the replica after its health check fails."""

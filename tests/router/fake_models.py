@@ -19,6 +19,7 @@ from ray.serve.exceptions import BackPressureError
 from deployments.protocol.errors import (
     ENGINE_ERROR,
     ENGINE_UNAVAILABLE,
+    REPLICA_BUSY,
     ErrorResponse,
     OpenAIError,
     internal_error,
@@ -35,6 +36,7 @@ Behaviour = Literal[
     "internal",
     "engine_dead",
     "context",
+    "busy",
 ]
 
 
@@ -99,7 +101,7 @@ class FakeHandle:
             `error500` (the engine failed before the first token: `engine_error`); `internal`
             (an unexpected failure serving this request: `internal_error`); `engine_dead` (the
             engine loop is not running: `engine_unavailable`); `context` (a 400
-            context-length error).
+            context-length error); `busy` (no preparation thread free: a 429 `replica_busy`).
         delay_s: Seconds a `slow` model takes.
         probe_backpressure: probes (`info`) are refused with Ray's `BackPressureError` (the
             handle's queue is full).
@@ -152,6 +154,10 @@ class FakeHandle:
             return internal_error("rid", "model").response()
         if self.behaviour == "engine_dead":
             return OpenAIError("no engine", status_code=503, code=ENGINE_UNAVAILABLE).response()
+        if self.behaviour == "busy":
+            return OpenAIError(
+                "busy", status_code=429, code=REPLICA_BUSY, retry_after_s=1
+            ).response()
         if self.behaviour == "context":
             return OpenAIError(
                 "too long", param="messages", code="context_length_exceeded"

@@ -91,6 +91,9 @@ FALLBACK_CASES = [
     ("backpressure", "dead", 429, "b", "a", "3", False),
     ("crash", "crash", 503, "b", "a", None, True),
     ("dead", "dead", 503, "b", "a", None, True),
+    # a replica with no preparation thread free: load, so the next candidate, else a 429
+    ("busy", "ok", 200, "b", "a", None, False),
+    ("busy", "busy", 429, "b", "a", "1", False),
 ]
 # fmt: on
 
