@@ -12,6 +12,8 @@ op-plugin docs/context/torch_npu-npu_fusion_attention.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from npu_ops.ops.attention import attend
@@ -81,11 +83,23 @@ def encoder_attention(
     Raises:
         ValueError: the shapes differ, or `cu_seqlens` does not partition the `T` tokens.
     """
+    return per_segment(lambda q, k, v: attend(q, k, v, scale, None), query, key, value, cu_seqlens)
+
+
+def per_segment(
+    attend_one: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+) -> torch.Tensor:
+    """`attend_one(q, k, v)` (`[S, N, D]` each) on every segment, outputs concatenated `[T, N,
+    D]`, after checking the shapes and boundaries (`ValueError`, as `encoder_attention`)."""
     check_qkv(query, key, value)
     outs = []
     start = 0
     for length in segment_lengths(cu_seqlens, query.shape[0]):
         end = start + length
-        outs.append(attend(query[start:end], key[start:end], value[start:end], scale, None))
+        outs.append(attend_one(query[start:end], key[start:end], value[start:end]))
         start = end
     return torch.cat(outs, dim=0)

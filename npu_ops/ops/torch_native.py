@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from npu_ops.ops.attention import check_lens, check_paged_inputs, gather_context
-from npu_ops.ops.encoder_attention import check_qkv, segment_lengths
+from npu_ops.ops.encoder_attention import per_segment
 from npu_ops.ops.kv_quant import dequantize_blocks, is_quantized
 
 
@@ -89,14 +89,7 @@ def encoder_attention(
     scale: float,
 ) -> torch.Tensor:
     """SDPA per segment, no mask; see `npu_ops.ops.encoder_attention.encoder_attention`."""
-    check_qkv(query, key, value)
-    outs = []
-    start = 0
-    for length in segment_lengths(cu_seqlens, query.shape[0]):
-        end = start + length
-        outs.append(_sdpa(query[start:end], key[start:end], value[start:end], None, scale))
-        start = end
-    return torch.cat(outs, dim=0)
+    return per_segment(lambda q, k, v: _sdpa(q, k, v, None, scale), query, key, value, cu_seqlens)
 
 
 def paged_decode_attention(
