@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from transformers import PretrainedConfig
 
-from configs.policy_config import CHECKPOINT_MODALITIES
+from configs.policy_config import CHECKPOINT_MODALITIES, MediaModality
 
-Modality = Literal["image", "audio"]
+Modality = MediaModality
 """The media kinds a request may carry (text is implicit)."""
 
 
