@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class MediaLimits(BaseModel):
     """Limits the model replica checks while it loads a request's media.
 
-    Over a count, pixel or duration limit is a 400 naming the limit; over `max_item_bytes` a
-    413. Both are checked from the file's header, before the image or audio is decoded.
+    Over a count, pixel, duration, channel or sample limit is a 400 naming the limit; over
+    `max_item_bytes` a 413. Each is checked before the image or audio is decoded (the sizes
+    from the file's header), and again on what was decoded where a header only estimates.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -18,10 +19,12 @@ class MediaLimits(BaseModel):
     max_images: int = Field(8, ge=0, description="`image_url` parts in one request.")
     max_audios: int = Field(4, ge=0, description="`input_audio` parts in one request.")
     max_item_bytes: int = Field(
-        10 * 1024 * 1024,
+        6 * 1024 * 1024,
         gt=0,
         description="Bytes of one encoded image or audio file (after base64 decoding, or as "
-        "fetched from a URL); 413 above.",
+        "fetched from a URL); 413 above. 6 MiB is about the most one inline file can be: base64 "
+        "makes it a third larger, and the router's `max_body_bytes` (8 MiB) bounds the whole "
+        "body; a larger value only matters for fetched URLs or a raised body limit.",
     )
     max_image_pixels: int = Field(
         4096 * 4096,
@@ -34,8 +37,22 @@ class MediaLimits(BaseModel):
         description="Duration of one audio clip, read from its header before decoding "
         "(Qwen2-Audio's feature extractor reads 30 s windows).",
     )
+    max_audio_channels: int = Field(
+        8, gt=0, description="Channels of one audio clip, read from its header before decoding."
+    )
+    max_audio_samples: int = Field(
+        30 * 96_000 * 2,
+        gt=0,
+        description="Frames x channels of one audio clip, read from its header before decoding "
+        "(4 bytes each once decoded; the default is 30 s of 96 kHz stereo, 22 MiB). Bounds a "
+        "small compressed file (FLAC) that claims a high rate and many channels.",
+    )
     decode_timeout_s: float = Field(
-        10.0, gt=0, description="Seconds decoding one item may take (off the event loop)."
+        10.0,
+        gt=0,
+        description="Seconds decoding one item and running the model's processor on it may "
+        "take (off the event loop); the whole request's preparation is also bounded by the "
+        "model's `prepare_timeout_s`.",
     )
     allow_urls: bool = Field(
         False,

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 from deployments.protocol.errors import OpenAIError
+
+_OBJECT_REPR = re.compile(r"\s*<[^<>]*? at 0x[0-9a-fA-F]+>")
+"""An object's default repr, `<_io.BytesIO object at 0x7f...>`, as PIL's and libsndfile's
+messages name the file object they were given."""
+
+
+def reason(exc: BaseException) -> str:
+    """`exc`'s message for a client, without the object reprs in it (PIL's "cannot identify
+    image file <_io.BytesIO object at 0x7f...>" becomes "cannot identify image file"): a memory
+    address tells the client nothing, and the server's layout something."""
+    text = _OBJECT_REPR.sub("", str(exc)).strip()
+    return text or type(exc).__name__
 
 
 def bad_media(param: str, what: str) -> OpenAIError:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from configs.media_limits import MediaLimits
 from deployments.media.audio import decode_audio
-from deployments.media.errors import over_limit
+from deployments.media.errors import bad_media, over_limit, reason
 from deployments.media.images import decode_image
 from deployments.media.placeholders import expand
 from deployments.media.processors import AudioProcessing, ImageProcessing, Processed
@@ -68,8 +68,9 @@ class MediaLoader:
         Raises:
             OpenAIError: 400 naming the part (`messages[i].content[j]`) for a modality this
                 model does not read, media outside a user message, a file that cannot be read,
-                over a count, pixel or duration limit, or a decode past `decode_timeout_s`;
-                413 over `max_item_bytes`.
+                over a count, pixel, aspect-ratio, duration, channel or sample limit, a clip too
+                short for one audio token, or a decode past `decode_timeout_s`; 413 over
+                `max_item_bytes`.
         """
         parts = [
             (f"messages[{i}].content[{j}]", m.role, part)
@@ -113,12 +114,33 @@ class MediaLoader:
 
     def _image(self, raw: bytes, param: str) -> Processed:
         assert isinstance(self.processing, ImageProcessing), "checked against modalities"
-        return self.processing(decode_image(raw, self.limits, param))
+        image = decode_image(raw, self.limits, param)
+        try:
+            return self.processing(image)
+        except ValueError as exc:  # a rule of the processor's that `decode_image` missed
+            raise bad_media(
+                param, f"the model's image processor refused it: {reason(exc)}"
+            ) from None
 
     def _audio(self, raw: bytes, fmt: str, param: str) -> Processed:
         assert isinstance(self.processing, AudioProcessing), "checked against modalities"
         rate = self.processing.sampling_rate
-        return self.processing(decode_audio(raw, fmt, rate, self.limits, param))
+        wave = decode_audio(raw, fmt, rate, self.limits, param)
+        if len(wave) < self.processing.min_samples:
+            raise self._too_short(param, len(wave))
+        processed = self.processing(wave)
+        if processed.length == 0:  # the engine refuses an item without tokens
+            raise self._too_short(param, len(wave))
+        return processed
+
+    def _too_short(self, param: str, samples: int) -> OpenAIError:
+        assert isinstance(self.processing, AudioProcessing), "checked against modalities"
+        ms = 1000 / self.processing.sampling_rate
+        return bad_media(
+            param,
+            f"the clip is {samples * ms:.1f} ms; at least {self.processing.min_samples * ms:.1f} "
+            "ms of audio gets one audio token",
+        )
 
     def _bounded(self, param: str, fn: Callable[[], T]) -> T:
         future = self._pool.submit(fn)

@@ -9,7 +9,8 @@ transformers' own classes, so the prompt matches what the checkpoint was trained
 - Qwen2-Audio: `Qwen2AudioProcessor(feature_extractor, tokenizer)` itself, run on the one
   placeholder `<|AUDIO|>` with the clip: it gives `input_features` `[1, 128, 3000]`,
   `feature_attention_mask` `[1, 3000]` and expands the placeholder to the encoder's output
-  frames, which are counted.
+  frames, which are counted. A clip under 3 feature frames (20 ms) gets no token at all, an
+  item the engine refuses: `AudioProcessing.min_samples` is the shortest clip that gets one.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class AudioProcessing:
         self.processor = Qwen2AudioProcessor(feature_extractor=extractor, tokenizer=tokenizer)
         self.sampling_rate = int(extractor.sampling_rate)
         self.pad_id = int(self.processor.audio_token_id)
+        self.min_samples = min_audio_samples(int(extractor.hop_length))
 
     def __call__(self, waveform: np.ndarray) -> Processed:
         """The clip's tensors and placeholder count (`waveform`: mono, `sampling_rate` Hz)."""
@@ -95,3 +97,18 @@ class AudioProcessing:
         }
         length = int((out["input_ids"] == self.pad_id).sum())
         return Processed("audio", length, data, media_hash("audio", data))
+
+
+def audio_tokens(frames: int) -> int:
+    """`<|AUDIO|>` tokens for `frames` feature frames: two stride-2 halvings (the encoder's
+    second convolution, then its pooling), as `Qwen2AudioProcessor.__call__` counts them
+    (transformers `models/qwen2_audio/processing_qwen2_audio.py`: `num_audio_tokens`)."""
+    return (((frames - 1) // 2 + 1) - 2) // 2 + 1
+
+
+def min_audio_samples(hop_length: int) -> int:
+    """The fewest samples that get one `<|AUDIO|>` token: the Whisper feature extractor gives
+    `ceil(samples / hop_length)` frames (its attention mask, one entry per hop), and
+    `audio_tokens` needs 3 of them (`2 * hop_length + 1` = 321 samples, 20 ms at 16 kHz)."""
+    frames = next(n for n in range(1, 64) if audio_tokens(n) > 0)
+    return (frames - 1) * hop_length + 1

@@ -19,7 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from configs.media_limits import MediaLimits
-from deployments.media.errors import bad_media, over_limit
+from deployments.media.errors import bad_media, over_limit, reason
 
 MAX_REDIRECTS = 5
 """Redirects followed before the fetch is refused."""
@@ -42,7 +42,7 @@ def check_public(url: str, limits: MediaLimits, param: str) -> None:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, ValueError) as exc:
-        raise bad_media(param, f"cannot resolve the host {host!r}: {exc}") from None
+        raise bad_media(param, f"cannot resolve the host {host!r}: {reason(exc)}") from None
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%")[0])  # drop an IPv6 zone
         mapped = getattr(address, "ipv4_mapped", None)
@@ -81,7 +81,8 @@ def fetch_url(url: str, limits: MediaLimits, param: str) -> bytes:
                         raise bad_media(param, f"fetching the URL gave HTTP {response.status_code}")
                     return _body(response, limits, param, deadline)
             except httpx.HTTPError as exc:
-                raise bad_media(param, f"fetching the URL failed: {exc!r}") from None
+                why = f"{type(exc).__name__}: {reason(exc)}"
+                raise bad_media(param, f"fetching the URL failed: {why}") from None
     raise bad_media(param, f"the URL redirects more than {MAX_REDIRECTS} times")
 
 

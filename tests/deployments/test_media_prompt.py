@@ -30,7 +30,14 @@ from deployments.protocol.errors import OpenAIError
 from deployments.protocol.preprocess_plan import PreprocessPlan
 from deployments.protocol.requests import ChatCompletionRequest
 from fixtures.family_tokenizers import save_family_tokenizer
-from fixtures.media_files import audio_bytes, audio_part, data_url, image_part, png_bytes
+from fixtures.media_files import (
+    audio_bytes,
+    audio_part,
+    data_url,
+    image_part,
+    png_bytes,
+    samples_bytes,
+)
 from fixtures.tiny_multimodal import save_tiny_preprocessor, tiny_multimodal_config
 
 IMAGE_PAD, AUDIO_PAD = 151655, 151646
@@ -282,3 +289,51 @@ def test_a_decode_past_its_time_limit_is_a_400(vlm_dir: tuple[str, Any]) -> None
     err = refused(handler, user(image_part(data_url(png_bytes(1500, 1500)))))
     assert (err.status_code, err.code) == (400, "media_decode_timeout")
     assert "media.decode_timeout_s" in str(err)
+
+
+@pytest.mark.parametrize("size", [(1, 201), (10_000, 1)])
+def test_an_extreme_aspect_ratio_is_a_400_on_the_render_path(
+    vlm: ChatHandler, size: tuple[int, int]
+) -> None:
+    """`render` is also `/tokenize`'s path; the processor's own ValueError would be a 500."""
+    err = refused(vlm, user("see", image_part(data_url(png_bytes(*size)))))
+    assert (err.status_code, err.param) == (400, "messages[0].content[1]")
+    assert "200:1 for the aspect ratio" in str(err)
+
+
+def test_the_image_processor_s_value_error_is_a_400(
+    vlm: ChatHandler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backstop: a rule of the processor's that the header check misses names the part."""
+    monkeypatch.setattr("deployments.media.images.MAX_ASPECT_RATIO", 1000)
+    err = refused(vlm, user("see", image_part(data_url(png_bytes(1, 201)))))
+    assert (err.status_code, err.param) == (400, "messages[0].content[1]")
+    assert "image processor refused it: absolute aspect ratio must be smaller than 200" in str(err)
+
+
+def test_min_samples_follows_the_processor_s_length_rule(audio_lm: ChatHandler) -> None:
+    """`AudioProcessing.min_samples` (321 at 16 kHz) is where Qwen2AudioProcessor's expansion
+    first gives a token."""
+    processing = audio_lm.media.processing  # type: ignore[union-attr]
+    assert processing.min_samples == 321
+    waves = [np.zeros(n, np.float32) for n in (320, 321)]
+    out = processing.processor(text=["<|AUDIO|>"] * 2, audio=waves, sampling_rate=16000)
+    assert [row.count(AUDIO_PAD) for row in out["input_ids"]] == [0, 1]
+
+
+def test_a_clip_too_short_for_one_audio_token_is_a_400(audio_lm: ChatHandler) -> None:
+    short = samples_bytes(np.full(320, 0.1, np.float32))
+    err = refused(audio_lm, user(audio_part(short), "what is it?"))
+    assert (err.status_code, err.param) == (400, "messages[0].content[0]")
+    assert "the clip is 20.0 ms; at least 20.1 ms" in str(err)
+    out = render(audio_lm, user(audio_part(samples_bytes(np.full(321, 0.1, np.float32)))))
+    assert [item.length for item in out.media] == [1]
+
+
+def test_an_item_the_processor_gives_no_tokens_is_a_400(
+    audio_lm: ChatHandler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backstop behind `min_samples`: the engine refuses an item of no tokens (a 500)."""
+    monkeypatch.setattr(audio_lm.media.processing, "min_samples", 1)  # type: ignore[union-attr]
+    err = refused(audio_lm, user(audio_part(samples_bytes(np.full(100, 0.1, np.float32)))))
+    assert err.status_code == 400 and "the clip is 6.2 ms" in str(err)

@@ -9,9 +9,18 @@ import random
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 
-from fixtures.media_files import audio_part, image_part
+from fixtures.media_files import (
+    audio_bytes,
+    audio_part,
+    data_url,
+    flac_header,
+    image_part,
+    png_bytes,
+    samples_bytes,
+)
 from load_tests.fuzz_checks import run_examples
 from load_tests.fuzz_media_mutators import MEDIA_LIMITS, PRIVATE_URLS, mutate_media_parts, samples
 from load_tests.fuzz_requests import FuzzExample, fuzz_examples, make_example
@@ -37,8 +46,9 @@ def _verdict(*parts: dict[str, Any]) -> tuple[bool, str]:
         image_part(f"data:image/jpeg;base64,{_b64('jpeg')}"),
         audio_part(_b64("wav")),
         audio_part(_b64("wav_8k_stereo")),
+        image_part(f"DATA:IMAGE/PNG;BASE64,{base64.encodebytes(samples()['png']).decode()}"),
     ],
-    ids=["png", "jpeg", "wav", "wav-8k-stereo"],
+    ids=["png", "jpeg", "wav", "wav-8k-stereo", "upper-case-wrapped-data-url"],
 )
 def test_valid_media_is_counted_served(part: dict[str, Any]) -> None:
     assert _verdict(part) == (False, "")
@@ -57,6 +67,13 @@ def test_valid_media_is_counted_served(part: dict[str, Any]) -> None:
         (audio_part(_b64("wav"), "ogg"), "input_audio.format"),
         (audio_part(_b64("long_wav")), "max_audio_seconds"),
         (audio_part("===="), "not valid base64"),
+        (image_part(data_url(png_bytes(1, 201))), "200:1 for the aspect ratio"),
+        (audio_part(audio_bytes(0.001, channels=1000)), "media.max_audio_channels"),
+        (audio_part(flac_header(192_000, 8, 29), "flac"), "media.max_audio_samples"),
+        (
+            audio_part(samples_bytes(np.array([0.0, np.nan] * 800), subtype="FLOAT")),
+            "non-finite",
+        ),
     ],
     ids=[
         "truncated-png",
@@ -69,6 +86,10 @@ def test_valid_media_is_counted_served(part: dict[str, Any]) -> None:
         "unknown-format",
         "31-second-clip",
         "audio-garbage",
+        "1x201-image",
+        "1000-channels",
+        "flac-bomb-header",
+        "nan-samples",
     ],
 )
 def test_hostile_media_is_counted_refused_with_the_replica_s_reason(
