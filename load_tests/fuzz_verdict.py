@@ -28,6 +28,7 @@ from configs.media_limits import MediaLimits
 from configs.request_limits import RequestLimits
 from deployments.media.audio import decode_audio
 from deployments.media.images import decode_image
+from deployments.media.processors import min_audio_samples
 from deployments.media.sources import decode_base64, read_image_url
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.limits import parse_body
@@ -61,6 +62,8 @@ _RESPONSES = ResponsesEdge(ResponseStore())  # never stores: nothing is answered
 Request = ChatCompletionRequest | CompletionRequest
 AUDIO_RATE = 16_000
 """The rate clips are decoded at (Whisper's feature extractor's, Hz); any rate reads the same."""
+MIN_AUDIO_SAMPLES = min_audio_samples(160)
+"""The shortest clip the audio replica serves (Whisper's 160-sample hop at 16 kHz)."""
 
 
 def chat_request(endpoint: Endpoint, obj: Any, limits: RequestLimits) -> Request:
@@ -144,7 +147,9 @@ def media_refusal(request: Request, limits: MediaLimits) -> str:
                 decode_image(raw, limits, param)
             else:
                 raw = decode_base64(part.input_audio.data, limits, param)
-                decode_audio(raw, part.input_audio.format, AUDIO_RATE, limits, param)
+                samples = decode_audio(raw, part.input_audio.format, AUDIO_RATE, limits, param)
+                if len(samples) < MIN_AUDIO_SAMPLES:  # the processor gives it no audio token
+                    return f"{param}: a clip of {len(samples)} samples gets no audio token"
     except OpenAIError as exc:
         return str(exc)
     return ""

@@ -2,9 +2,9 @@
 counts, fetching, decoding and the processor, each item bounded in time off the event loop.
 
 What a replica's model takes is read from its checkpoint: `config.json`'s `model_type` picks
-the processor (`MEDIA_FAMILIES`), and its `preprocessor_config.json` configures it; a model
-type not listed is a text model, and `load_media_loader` returns None for it, so text models
-do no media work at all.
+the processor (`configs.policy_config.CHECKPOINT_MODALITIES`), and its
+`preprocessor_config.json` configures it; a model type not listed is a text model, and
+`load_media_loader` returns None for it, so text models do no media work at all.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from configs.media_limits import MediaLimits
+from configs.policy_config import CHECKPOINT_MODALITIES
 from deployments.media.audio import decode_audio
 from deployments.media.errors import bad_media, over_limit, reason
 from deployments.media.images import decode_image
@@ -28,9 +29,6 @@ from deployments.protocol.requests import AudioPart, ChatMessage, ImagePart
 from engine.multimodal.inputs import MediaItem, Modality
 
 T = TypeVar("T")
-
-MEDIA_FAMILIES: dict[str, Modality] = {"qwen2_5_vl": "image", "qwen2_audio": "audio"}
-"""`model_type` -> the modality its processor reads (besides text)."""
 
 DECODE_THREADS = 2
 """Threads decoding media; a timed-out decode finishes in the background (threads cannot be
@@ -168,7 +166,7 @@ def load_media_loader(
     model_id: str,
     declared: Collection[str] = ("text",),
 ) -> MediaLoader | None:
-    """The media loader of a checkpoint directory whose `model_type` is in `MEDIA_FAMILIES`;
+    """The media loader of a checkpoint directory whose `model_type` is in `CHECKPOINT_MODALITIES`;
     None for any other checkpoint (a text model, or a `.gguf` file).
 
     Args:
@@ -195,7 +193,7 @@ def _media_loader(
     if not config_path.is_file():
         return None
     config = json.loads(config_path.read_text())
-    modality = MEDIA_FAMILIES.get(config.get("model_type", ""))
+    modality = CHECKPOINT_MODALITIES.get(config.get("model_type", ""))
     if modality is None:
         return None
     if modality == "image":
