@@ -247,7 +247,9 @@ class EngineConfig(BaseModel):
             "of 24 or more generated tokens use the dense copy (not with "
             "`activation_quantization: int8`, whose kernel is batch invariant and faster) and "
             "steps of more than 4 rows the float output projection; that changes the summation "
-            "order, so a rare near-tie can resolve differently at another load."
+            "order, so a rare near-tie can resolve differently at another load. LoRA rows: "
+            "each adapter's update in a fixed summation order (engine/lora/invariant.py), about "
+            "twice the LoRA step time."
         ),
     )
     num_threads: int | None = Field(

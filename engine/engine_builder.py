@@ -292,7 +292,14 @@ def _local_executor(
     if hf_config.model_type in FAMILIES:
         encoder_cache = EncoderCache(config.encoder_cache_items, config.max_num_seqs)
     executor = LocalExecutor(
-        model, spec, config.block_size, device, graphs, lora=lora, encoder_cache=encoder_cache
+        model,
+        spec,
+        config.block_size,
+        device,
+        graphs,
+        lora=lora,
+        encoder_cache=encoder_cache,
+        lora_batch_invariant=config.batch_invariant,
     )
     return executor, spec, drafter
 

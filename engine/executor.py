@@ -97,6 +97,8 @@ class ModelShard:
             steps through `engine.parallel.pipeline`. None: the whole model.
         encoder_cache: a multimodal model's encoder outputs kept across steps
             (`engine.multimodal.encoder_cache`); None: a text model, or none kept.
+        lora_batch_invariant: compute each LoRA row on its own (`engine.lora.invariant`), the
+            engine's `batch_invariant` setting.
     """
 
     def __init__(
@@ -110,12 +112,13 @@ class ModelShard:
         lora_shards: Mapping[str, LinearShard] | None = None,
         stage: StageLayers | None = None,
         encoder_cache: EncoderCache | None = None,
+        lora_batch_invariant: bool = False,
     ) -> None:
         self.stage = stage
         self.encoder_cache = encoder_cache
         self.graphs = graphs
         self.model = model
-        self.lora = LoraModel(model, device, lora_shards) if lora else None
+        self.lora = LoraModel(model, device, lora_shards, lora_batch_invariant) if lora else None
         self.spec = spec
         self.block_size = block_size
         self.device = device

@@ -21,10 +21,21 @@ class LoraBatch:
             it, not for every adapter loaded.
         row_ids: `[T]` int64 on the model's device: each row's adapter id, `BASE_ROW` for the
             base model's rows.
+        adapter_rows: per adapter of `lora_ids`, its rows: a range when they are consecutive
+            (a slice), else `[n]` int64 indices on the model's device; for the batch-invariant
+            path (`engine.lora.invariant`). None: found from `row_ids` when asked
+            (`rows_by_adapter`).
     """
 
     lora_ids: tuple[int, ...]
     row_ids: torch.Tensor
+    adapter_rows: tuple[slice | torch.Tensor, ...] | None = None
+
+    def rows_by_adapter(self) -> tuple[slice | torch.Tensor, ...]:
+        """Each adapter's rows of the step, in `lora_ids` order."""
+        if self.adapter_rows is not None:
+            return self.adapter_rows
+        return tuple(torch.nonzero(self.row_ids == i).flatten() for i in self.lora_ids)
 
     @classmethod
     def from_step(
@@ -37,4 +48,13 @@ class LoraBatch:
             return None
         ids = torch.tensor([BASE_ROW if i is None else i for i in lora_ids], dtype=torch.int64)
         rows = torch.repeat_interleave(ids, torch.tensor(q_lens, dtype=torch.int64))
-        return cls(present, rows.to(device))
+        per_adapter = tuple(_rows_of(torch.nonzero(rows == i).flatten(), device) for i in present)
+        return cls(present, rows.to(device), per_adapter)
+
+
+def _rows_of(index: torch.Tensor, device: torch.device) -> slice | torch.Tensor:
+    """Host row indices as a slice when consecutive, else as a tensor on `device`."""
+    start, n = int(index[0]), len(index)
+    if int(index[-1]) - start == n - 1:
+        return slice(start, start + n)
+    return index.to(device)

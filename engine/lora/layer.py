@@ -10,6 +10,7 @@ from torch import nn
 from engine.forward_context import current_forward_context
 from engine.lora.adapter import LoraWeights
 from engine.lora.batch import LoraBatch
+from engine.lora.invariant import add_rows_update
 from engine.parallel.layers import RowParallelLinear
 from npu_ops.ops import active_ops
 
@@ -49,14 +50,26 @@ class LoraLinear(nn.Module):
     input columns is added to the base's partial sum before its all-reduce, which then sums
     both.
 
+    With `batch_invariant` each adapter's rows are computed apart, by elementwise operations
+    whose order does not depend on the step (`engine.lora.invariant`), so a row's result does
+    not depend on which rows and adapters share its step; slower than the two GEMMs.
+
     Args:
         base: the layer wrapped, called as `base(x)`: `[..., in]` -> `[..., out]`.
         in_features: its input width.
         slices: its output columns per HF module, in order, covering `[0, out)`.
+        batch_invariant: the engine's `batch_invariant` setting.
     """
 
-    def __init__(self, base: nn.Module, in_features: int, slices: tuple[LoraSlice, ...]) -> None:
+    def __init__(
+        self,
+        base: nn.Module,
+        in_features: int,
+        slices: tuple[LoraSlice, ...],
+        batch_invariant: bool = False,
+    ) -> None:
         super().__init__()
+        self.batch_invariant = batch_invariant
         self.base = base
         self.in_features = in_features
         self.out_features = sum(s.size for s in slices)
@@ -82,7 +95,10 @@ class LoraLinear(nn.Module):
             col += w.a.shape[0]
         if a.device.type == "cpu" and a.dtype in (torch.bfloat16, torch.float16):
             a, b = a.float(), b.float()  # small 16-bit GEMMs are 2-3x slower on CPUs
-        self._weights[lora_id] = (a.t().contiguous(), b.t().contiguous())  # [in, r], [r, out]
+        if self.batch_invariant:
+            self._weights[lora_id] = (a.contiguous(), b.contiguous())  # [r, in], [out, r]
+        else:
+            self._weights[lora_id] = (a.t().contiguous(), b.t().contiguous())  # [in, r], [r, out]
 
     def remove_adapter(self, lora_id: int) -> None:
         """Forget an adapter (no-op if not held)."""
@@ -115,6 +131,8 @@ class LoraLinear(nn.Module):
         return self._stack
 
     def _add_updates(self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch) -> torch.Tensor:
+        if self.batch_invariant:
+            return self._add_updates_by_adapter(y, x, batch)
         stack = self._stacked(batch.lora_ids)
         if stack is None:
             return y
@@ -122,6 +140,21 @@ class LoraLinear(nn.Module):
         flat_x = x.reshape(-1, self.in_features)
         flat_y = y.reshape(-1, self.out_features)
         return self._ops.grouped_lora(flat_y, flat_x, a, b, batch.row_ids, cols).view(y.shape)
+
+    def _add_updates_by_adapter(
+        self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch
+    ) -> torch.Tensor:
+        flat_x = x.reshape(-1, self.in_features)
+        flat_y = y.reshape(-1, self.out_features)
+        out = flat_y
+        for lora_id, rows in zip(batch.lora_ids, batch.rows_by_adapter(), strict=True):
+            weights = self._weights.get(lora_id)
+            if weights is None:
+                continue
+            if out is flat_y:
+                out = flat_y.clone()
+            add_rows_update(out, flat_y, flat_x, rows, *weights)
+        return out.view(y.shape)
 
     def extra_repr(self) -> str:
         return f"slices={[s.module.rpartition('.')[2] for s in self.slices]}"

@@ -55,6 +55,8 @@ class LoraModel:
         device: where adapter weights are put when added.
         shards: under tensor parallel, what this rank kept of each sharded linear
             (`engine.parallel.sharding.shard_model`'s plan); adapters are sliced the same way.
+        batch_invariant: compute each LoRA row on its own (`engine.lora.invariant`), the
+            engine's `batch_invariant` setting.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class LoraModel:
         model: nn.Module,
         device: torch.device,
         shards: Mapping[str, LinearShard] | None = None,
+        batch_invariant: bool = False,
     ) -> None:
         self.device = device
         self.shards = dict(shards or {})
@@ -81,7 +84,7 @@ class LoraModel:
                 slices = (LoraSlice(name, 0, int(module.out_features)),)
             else:
                 continue
-            layer = LoraLinear(module, in_features, slices)
+            layer = LoraLinear(module, in_features, slices, batch_invariant)
             wrapped.append(name)
             setattr(model.get_submodule(parent_name), child, layer)
             for i, s in enumerate(slices):
