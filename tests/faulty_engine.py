@@ -22,6 +22,7 @@ from dataclasses import replace
 import torch
 
 from engine.llm_engine import LLMEngine
+from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerOutput
@@ -54,12 +55,16 @@ class FaultyEngine(LLMEngine):
     """`LLMEngine` with the faults above (same constructor)."""
 
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        media: tuple[MediaItem, ...] = (),
     ) -> None:
         """See `LLMEngine.add_request`; a `REQUEST_FAULT` request gets a broken grammar."""
         if params.seed == REQUEST_FAULT:
             params = replace(params, constraint=_BrokenGrammar())
-        super().add_request(request_id, prompt_token_ids, params)
+        super().add_request(request_id, prompt_token_ids, params, media)
 
     def step(self) -> list[RequestOutput]:
         """See `LLMEngine.step`; a `LOOP_FAULT` request kills the loop."""

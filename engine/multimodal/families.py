@@ -139,6 +139,8 @@ FAMILIES: dict[str, type[MultimodalFamily]] = {
 
 
 def family_of(model: torch.nn.Module) -> MultimodalFamily | None:
-    """The loaded model's family adapter; None for a text model."""
-    cls = FAMILIES.get(getattr(model.config, "model_type", ""))
+    """The loaded model's family adapter; None for a text model (or a drafting module, which
+    has no `config`)."""
+    config = getattr(model, "config", None)
+    cls = FAMILIES.get(getattr(config, "model_type", ""))
     return None if cls is None else cls(model)
