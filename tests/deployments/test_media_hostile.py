@@ -20,7 +20,6 @@ from deployments.media.audio import MAX_SAMPLE_RATE, decode_audio
 from deployments.media.errors import reason
 from deployments.media.images import MAX_ASPECT_RATIO, decode_image, to_rgb
 from deployments.media.sources import decode_base64, read_image_url
-from deployments.protocol.errors import OpenAIError
 from fixtures.media_files import (
     audio_bytes,
     encode_image,
@@ -30,15 +29,7 @@ from fixtures.media_files import (
     samples_bytes,
     zip_bytes,
 )
-
-PART = "messages[0].content[1]"
-LIMITS = MediaLimits()
-
-
-def refused(fn: object, *args: object) -> OpenAIError:
-    with pytest.raises(OpenAIError) as info:
-        fn(*args)  # type: ignore[operator]
-    return info.value
+from tests.deployments.test_media_decoding import LIMITS, PART, refused
 
 
 def no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
