@@ -5,7 +5,8 @@ As `Qwen2_5_VLModel.forward` and `Qwen2AudioModel.forward` do for one request, t
 rows replace the placeholders' embeddings row for row; here the items of every sequence of the
 step that fall in its prefill chunk are encoded as one batch (`MultimodalFamily.encode`), those
 already in the `EncoderCache` skipped. The scheduler never ends a chunk inside an item
-(`engine.sequence.Sequence.prefill_end`), so an item is either wholly in a chunk or not in it.
+(`engine.sequence.Sequence.prefill_end`); a chunk may start inside one, after a prefix-cache hit
+that ends there, and then takes the tail of the item's encoder output.
 """
 
 from __future__ import annotations
@@ -116,22 +117,20 @@ class MediaInputs:
         """Encoder output per content hash of the placed items: cached ones looked up, the
         rest encoded in one batch (an item repeated in the step counted once)."""
         found: dict[bytes, torch.Tensor] = {}
-        missing: dict[bytes, _Placement] = {}
+        missing: dict[bytes, MediaItem] = {}
         for place in placements:
             key = place.item.content_hash
             if key in found or key in missing:
                 continue
             hit = self.cache.get(place.request_id, key)
             if hit is None:
-                missing[key] = place
+                missing[key] = place.item
             else:
                 found[key] = hit
         if missing:
             self.encoder_calls += 1
-            encoded = self.family.encode([p.item for p in missing.values()])
-            for (key, place), out in zip(missing.items(), encoded, strict=True):
-                self.cache.put(place.request_id, key, out)
-                found[key] = out
+            encoded = self.family.encode(list(missing.values()))
+            found.update(zip(missing, encoded, strict=True))
         for place in placements:  # every request keeps what it uses, wherever it came from
             key = place.item.content_hash
             self.cache.put(place.request_id, key, found[key])
