@@ -22,7 +22,7 @@ from transformers import (
 )
 from transformers.masking_utils import create_bidirectional_mask
 
-from engine.multimodal.inputs import MediaItem, Modality
+from engine.multimodal.inputs import MediaItem
 
 
 class MultimodalFamily(ABC):
@@ -35,13 +35,11 @@ class MultimodalFamily(ABC):
         model_class: the transformers class a checkpoint of the family loads into.
         encoder_config: the name of the encoder's sub-config (its attention implementation is
             the encoder one; the language model's `text_config` gets paged attention).
-        modalities: the media the model takes.
         mrope: whether positions are M-RoPE `[3, T]` (`prompt_positions`) rather than `[T]`.
     """
 
     model_class: ClassVar[type[PreTrainedModel]]
     encoder_config: ClassVar[str]
-    modalities: ClassVar[frozenset[Modality]]
     mrope: ClassVar[bool] = False
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -73,7 +71,6 @@ class Qwen25VLFamily(MultimodalFamily):
 
     model_class = Qwen2_5_VLForConditionalGeneration
     encoder_config = "vision_config"
-    modalities = frozenset({"image"})
     mrope = True
 
     def encode(self, items: Sequence[MediaItem]) -> list[torch.Tensor]:
@@ -106,7 +103,6 @@ class Qwen2AudioFamily(MultimodalFamily):
 
     model_class = Qwen2AudioForConditionalGeneration
     encoder_config = "audio_config"
-    modalities = frozenset({"audio"})
 
     def encode(self, items: Sequence[MediaItem]) -> list[torch.Tensor]:
         """See `MultimodalFamily.encode`: the clips' `input_features` `[N, mel, frames]` as one
