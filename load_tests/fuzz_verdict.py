@@ -33,10 +33,10 @@ from deployments.media.sources import decode_base64, read_image_url
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.limits import parse_body
 from deployments.protocol.requests import (
-    AudioPart,
     ChatCompletionRequest,
     CompletionRequest,
     ImagePart,
+    media_parts,
 )
 from deployments.protocol.tokenize import TokenizeChatRequest
 from deployments.protocol.validation import parse_request
@@ -126,13 +126,7 @@ def media_refusal(request: Request, limits: MediaLimits) -> str:
     """
     if not isinstance(request, ChatCompletionRequest):
         return ""
-    parts = [
-        (f"messages[{i}].content[{j}]", message.role, part)
-        for i, message in enumerate(request.messages)
-        if isinstance(message.content, list)
-        for j, part in enumerate(message.content)
-        if isinstance(part, (ImagePart, AudioPart))
-    ]
+    parts = [(param, message.role, part) for param, message, part in media_parts(request.messages)]
     images = sum(isinstance(part, ImagePart) for _, _, part in parts)
     if images and images < len(parts):
         return "image and audio parts in one request: each served model reads one of them"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from configs.media_limits import MediaLimits
-from configs.policy_config import CHECKPOINT_MODALITIES
+from configs.policy_config import CHECKPOINT_MODALITIES, modalities_mismatch
 from deployments.media.audio import decode_audio
 from deployments.media.errors import bad_media, over_limit, reason
 from deployments.media.images import decode_image
@@ -25,7 +25,7 @@ from deployments.media.placeholders import expand
 from deployments.media.processors import AudioProcessing, ImageProcessing, Processed
 from deployments.media.sources import decode_base64, read_image_url
 from deployments.protocol.errors import OpenAIError
-from deployments.protocol.requests import AudioPart, ChatMessage, ImagePart
+from deployments.protocol.requests import AudioPart, ChatMessage, ImagePart, media_parts
 from engine.multimodal.inputs import MediaItem, Modality
 
 T = TypeVar("T")
@@ -70,22 +70,15 @@ class MediaLoader:
                 short for one audio token, or a decode past `decode_timeout_s`; 413 over
                 `max_item_bytes`.
         """
-        parts = [
-            (f"messages[{i}].content[{j}]", m.role, part)
-            for i, m in enumerate(messages)
-            if isinstance(m.content, list)
-            for j, part in enumerate(m.content)
-            if isinstance(part, (ImagePart, AudioPart))
-        ]
+        parts = [(param, message.role, part) for param, message, part in media_parts(messages)]
         if not parts:
             return []
         counts = {"image": 0, "audio": 0}
         for param, role, part in parts:
-            modality: Modality = "image" if isinstance(part, ImagePart) else "audio"
-            if modality not in self.modalities:
+            if part.modality not in self.modalities:
                 raise OpenAIError(
-                    f"{param}: model {self.model_id} does not take {modality} input (it reads "
-                    f"text and {', '.join(sorted(self.modalities))}); the part type "
+                    f"{param}: model {self.model_id} does not take {part.modality} input (it "
+                    f"reads text and {', '.join(sorted(self.modalities))}); the part type "
                     f"{part.type!r} is not supported",
                     param=param,
                     code="unsupported_modality",
@@ -94,7 +87,7 @@ class MediaLoader:
                 raise OpenAIError(
                     f"{param}: only user messages may hold {part.type!r} parts", param=param
                 )
-            counts[modality] += 1
+            counts[part.modality] += 1
         for modality, name in (("image", "max_images"), ("audio", "max_audios")):
             limit = getattr(self.limits, name)
             if counts[modality] > limit:
@@ -176,24 +169,13 @@ def load_media_loader(
         ValueError: `declared` names a modality the checkpoint does not take (the router would
             send it requests that all fail), or leaves out the one it does (none would come).
     """
-    loader = _media_loader(checkpoint, tokenizer, limits, model_id)
-    takes = {"text"} | (set(loader.modalities) if loader is not None else set())
-    if set(declared) != takes:
-        raise ValueError(
-            f"model {model_id!r}: input_modalities {sorted(declared)} does not match its "
-            f"checkpoint, which takes {sorted(takes)}; set input_modalities: {sorted(takes)}"
-        )
-    return loader
-
-
-def _media_loader(
-    checkpoint: str, tokenizer: Any, limits: MediaLimits, model_id: str
-) -> MediaLoader | None:
     config_path = Path(checkpoint) / "config.json"
-    if not config_path.is_file():
-        return None
-    config = json.loads(config_path.read_text())
-    modality = CHECKPOINT_MODALITIES.get(config.get("model_type", ""))
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    model_type = config.get("model_type")
+    problem = modalities_mismatch(model_id, declared, model_type)
+    if problem is not None:
+        raise ValueError(problem)
+    modality = CHECKPOINT_MODALITIES.get(model_type or "")
     if modality is None:
         return None
     if modality == "image":

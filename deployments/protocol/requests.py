@@ -18,11 +18,11 @@ validated model travels on to the model replica, whose code reads its typed fiel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from configs.policy_config import ResponseFormatKind
+from configs.policy_config import MediaModality, ResponseFormatKind
 from deployments.protocol.tools import (
     ResponseFormat,
     ToolCall,
@@ -64,6 +64,7 @@ class ImagePart(_Base):
     (OpenAI Chat Completions; `detail` is accepted and ignored: the model's image processor
     decides the resolution)."""
 
+    modality: ClassVar[MediaModality] = "image"
     type: Literal["image_url"]
     image_url: ImageURL
 
@@ -79,6 +80,7 @@ class AudioPart(_Base):
     """A `{"type": "input_audio", "input_audio": {"data": <base64>, "format": ...}}` content
     part (OpenAI Chat Completions)."""
 
+    modality: ClassVar[MediaModality] = "audio"
     type: Literal["input_audio"]
     input_audio: InputAudio
 
@@ -131,6 +133,18 @@ class ChatMessage(_Base):
                 raise ValueError(f"content parts of type {part.type!r} are not supported")
             texts.append(part.text)
         return "".join(texts)
+
+
+def media_parts(messages: list[ChatMessage]) -> list[tuple[str, ChatMessage, MediaPart]]:
+    """Every image and audio part of `messages`, in order, with its OpenAI `param`
+    (`messages[i].content[j]`) and its message."""
+    return [
+        (f"messages[{i}].content[{j}]", message, part)
+        for i, message in enumerate(messages)
+        if isinstance(message.content, list)
+        for j, part in enumerate(message.content)
+        if isinstance(part, (ImagePart, AudioPart))
+    ]
 
 
 class StreamOptions(_Base):

@@ -11,14 +11,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from configs.policy_config import MediaModality, ResponseFormatKind, ToolChoiceKind
-from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
+from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest, media_parts
 from router.policy.prompt_tokens import estimate_chat_tokens, estimate_completion_tokens
 
 InputField = Literal["messages", "prompt"]
-
-_PART_MODALITY: dict[str, MediaModality] = {"image_url": "image", "input_audio": "audio"}
-"""OpenAI chat content-part `type` → the modality it carries (`file` parts carry none: the
-replica refuses them)."""
 
 TENANT_HEADER = "x-ascend-router-tenant"
 PRIORITY_HEADER = "x-ascend-router-priority"
@@ -147,13 +143,8 @@ def extract_features(
 def _media_parts(request: ChatCompletionRequest) -> dict[MediaModality, str]:
     """Each media modality in the messages' content parts → the `param` of its first part."""
     media: dict[MediaModality, str] = {}
-    for i, message in enumerate(request.messages):
-        if message.content is None or isinstance(message.content, str):
-            continue
-        for j, part in enumerate(message.content):
-            modality = _PART_MODALITY.get(part.type)
-            if modality is not None and modality not in media:
-                media[modality] = f"messages[{i}].content[{j}]"
+    for param, _, part in media_parts(request.messages):
+        media.setdefault(part.modality, param)
     return media
 
 
