@@ -51,7 +51,7 @@ def _modalities_problem(model: ModelDeploymentConfig) -> str | None:
     """Why a model's `input_modalities` does not match its checkpoint (a local checkpoint
     directory's `config.json` `model_type`), as the replica would refuse it at start-up; None
     when it matches or the checkpoint is not a local directory (a GGUF file is a text model)."""
-    from configs.policy_config import checkpoint_modalities
+    from configs.policy_config import modalities_mismatch
 
     source = model.source.path
     model_type = None
@@ -62,10 +62,4 @@ def _modalities_problem(model: ModelDeploymentConfig) -> str | None:
             return None  # the replica's own loader reports an unreadable config
     elif source is not None and not source.endswith(".gguf"):
         return None  # not on this machine: checked when the replica starts
-    takes = checkpoint_modalities(model_type)
-    if sorted(model.input_modalities) == takes:
-        return None
-    return (
-        f"model {model.model_id!r}: input_modalities {sorted(model.input_modalities)} does not "
-        f"match its checkpoint, which takes {takes}; set input_modalities: {takes}"
-    )
+    return modalities_mismatch(model.model_id, model.input_modalities, model_type)

@@ -28,7 +28,7 @@ against the served models and must be called once at start-up (it is what makes
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Collection, Container
 from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
@@ -58,6 +58,21 @@ def checkpoint_modalities(model_type: str | None) -> list[InputModality]:
     """What a checkpoint of `model_type` takes: `["text"]`, or text and its media modality."""
     media = CHECKPOINT_MODALITIES.get(model_type or "")
     return ["text"] if media is None else sorted(["text", media])
+
+
+def modalities_mismatch(
+    model_id: str, declared: Collection[str], model_type: str | None
+) -> str | None:
+    """Why a model's `input_modalities` (`declared`) does not match its checkpoint's
+    `model_type` (None: a GGUF file, a text model), or None when it does: the router would
+    send it requests it cannot read, or none of those it can."""
+    takes = checkpoint_modalities(model_type)
+    if sorted(declared) == takes:
+        return None
+    return (
+        f"model {model_id!r}: input_modalities {sorted(declared)} does not match its "
+        f"checkpoint, which takes {takes}; set input_modalities: {takes}"
+    )
 
 
 def _takes_text(modalities: list[InputModality]) -> list[InputModality]:
