@@ -55,8 +55,7 @@ def decode_audio(
     try:
         info = soundfile.info(io.BytesIO(raw))
     except (RuntimeError, TypeError, ValueError) as exc:  # LibsndfileError is a RuntimeError
-        why = getattr(exc, "error_string", None) or reason(exc)  # without the BytesIO's repr
-        raise bad_media(param, f"not a readable {fmt} file: {why}") from None
+        raise bad_media(param, f"not a readable {fmt} file: {reason(exc)}") from None
     if info.format not in CONTAINERS[fmt]:
         raise bad_media(param, f"input_audio.format is {fmt!r}, but the data is {info.format}")
     if info.samplerate <= 0 or info.frames <= 0 or info.channels <= 0:
@@ -65,8 +64,7 @@ def decode_audio(
     try:
         samples, rate = soundfile.read(io.BytesIO(raw), dtype="float32", always_2d=True)
     except (RuntimeError, TypeError, ValueError) as exc:
-        why = getattr(exc, "error_string", None) or reason(exc)
-        raise bad_media(param, f"the audio data is damaged or truncated: {why}") from None
+        raise bad_media(param, f"the audio data is damaged or truncated: {reason(exc)}") from None
     if len(samples) == 0:
         raise bad_media(param, "the audio has no samples")
     if len(samples) / rate > limits.max_audio_seconds * _SLACK:

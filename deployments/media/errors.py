@@ -14,8 +14,9 @@ messages name the file object they were given."""
 def reason(exc: BaseException) -> str:
     """`exc`'s message for a client, without the object reprs in it (PIL's "cannot identify
     image file <_io.BytesIO object at 0x7f...>" becomes "cannot identify image file"): a memory
-    address tells the client nothing, and the server's layout something."""
-    text = _OBJECT_REPR.sub("", str(exc)).strip()
+    address tells the client nothing, and the server's layout something. libsndfile's errors
+    give their own text as `error_string`, which is used when present."""
+    text = _OBJECT_REPR.sub("", getattr(exc, "error_string", None) or str(exc)).strip()
     return text or type(exc).__name__
 
 
