@@ -45,3 +45,11 @@ def over_limit(param: str, what: str, limit: str, status_code: int = 400) -> Ope
         param=param,
         code="media_limit_exceeded",
     )
+
+
+def too_big(param: str, size: str, max_item_bytes: int) -> OpenAIError:
+    """413 `media_limit_exceeded` for a file of `size` bytes (e.g. `"7340032"`, `"over 6291456"`)
+    over `media.max_item_bytes`."""
+    return over_limit(
+        param, f"{size} bytes of media", f"media.max_item_bytes={max_item_bytes}", status_code=413
+    )

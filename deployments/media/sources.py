@@ -12,7 +12,7 @@ import base64
 import binascii
 
 from configs.media_limits import MediaLimits
-from deployments.media.errors import bad_media, over_limit
+from deployments.media.errors import bad_media, too_big
 from deployments.media.url_fetch import fetch_url
 
 _NO_WHITESPACE = str.maketrans("", "", " \t\n\r\v\f")
@@ -30,23 +30,13 @@ def decode_base64(data: str, limits: MediaLimits, param: str) -> bytes:
     data = data.translate(_NO_WHITESPACE)
     size = len(data) * 3 // 4  # at most this many bytes (padding makes it up to 2 fewer)
     if size > limits.max_item_bytes + 2:
-        raise over_limit(
-            param,
-            f"{size} bytes of media",
-            f"media.max_item_bytes={limits.max_item_bytes}",
-            status_code=413,
-        )
+        raise too_big(param, str(size), limits.max_item_bytes)
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise bad_media(param, "the data is not valid base64") from None
     if len(raw) > limits.max_item_bytes:
-        raise over_limit(
-            param,
-            f"{len(raw)} bytes of media",
-            f"media.max_item_bytes={limits.max_item_bytes}",
-            status_code=413,
-        )
+        raise too_big(param, str(len(raw)), limits.max_item_bytes)
     return raw
 
 

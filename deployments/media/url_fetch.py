@@ -19,7 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from configs.media_limits import MediaLimits
-from deployments.media.errors import bad_media, over_limit, reason
+from deployments.media.errors import bad_media, reason, too_big
 
 MAX_REDIRECTS = 5
 """Redirects followed before the fetch is refused."""
@@ -90,19 +90,12 @@ def _body(response: httpx.Response, limits: MediaLimits, param: str, deadline: f
     cap = limits.max_item_bytes
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
-        raise over_limit(
-            param, f"{declared} bytes of media", f"media.max_item_bytes={cap}", status_code=413
-        )
+        raise too_big(param, declared, cap)
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > cap:
-            raise over_limit(
-                param,
-                f"over {cap} bytes of media",
-                f"media.max_item_bytes={cap}",
-                status_code=413,
-            )
+            raise too_big(param, f"over {cap}", cap)
         if time.monotonic() > deadline:
             raise bad_media(param, "fetching the URL took over media.url_timeout_s")
     return bytes(body)
