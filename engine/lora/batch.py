@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -21,21 +22,19 @@ class LoraBatch:
             it, not for every adapter loaded.
         row_ids: `[T]` int64 on the model's device: each row's adapter id, `BASE_ROW` for the
             base model's rows.
-        adapter_rows: per adapter of `lora_ids`, its rows: a range when they are consecutive
-            (a slice), else `[n]` int64 indices on the model's device; for the batch-invariant
-            path (`engine.lora.invariant`). None: found from `row_ids` when asked
-            (`rows_by_adapter`).
     """
 
     lora_ids: tuple[int, ...]
     row_ids: torch.Tensor
-    adapter_rows: tuple[slice | torch.Tensor, ...] | None = None
 
+    @cached_property
     def rows_by_adapter(self) -> tuple[slice | torch.Tensor, ...]:
-        """Each adapter's rows of the step, in `lora_ids` order."""
-        if self.adapter_rows is not None:
-            return self.adapter_rows
-        return tuple(torch.nonzero(self.row_ids == i).flatten() for i in self.lora_ids)
+        """Each adapter's rows of the step, in `lora_ids` order: a range when they are
+        consecutive (a slice), else `[n]` int64 indices on the model's device. Found once per
+        step, when the batch-invariant path (`engine.lora.invariant`) first asks."""
+        host = self.row_ids.cpu()
+        device = self.row_ids.device
+        return tuple(_rows_of(torch.nonzero(host == i).flatten(), device) for i in self.lora_ids)
 
     @classmethod
     def from_step(
@@ -48,8 +47,7 @@ class LoraBatch:
             return None
         ids = torch.tensor([BASE_ROW if i is None else i for i in lora_ids], dtype=torch.int64)
         rows = torch.repeat_interleave(ids, torch.tensor(q_lens, dtype=torch.int64))
-        per_adapter = tuple(_rows_of(torch.nonzero(rows == i).flatten(), device) for i in present)
-        return cls(present, rows.to(device), per_adapter)
+        return cls(present, rows.to(device))
 
 
 def _rows_of(index: torch.Tensor, device: torch.device) -> slice | torch.Tensor:

@@ -147,7 +147,7 @@ class LoraLinear(nn.Module):
         flat_x = x.reshape(-1, self.in_features)
         flat_y = y.reshape(-1, self.out_features)
         out = flat_y
-        for lora_id, rows in zip(batch.lora_ids, batch.rows_by_adapter(), strict=True):
+        for lora_id, rows in zip(batch.lora_ids, batch.rows_by_adapter, strict=True):
             weights = self._weights.get(lora_id)
             if weights is None:
                 continue
