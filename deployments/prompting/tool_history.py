@@ -40,8 +40,7 @@ def _parts(m: ChatMessage, first: int) -> list[dict[str, Any]]:
         if isinstance(part, TextPart):
             out.append({"type": "text", "text": part.text})
         elif isinstance(part, (ImagePart, AudioPart)):
-            kind = "image" if isinstance(part, ImagePart) else "audio"
-            out.append({"type": kind, kind: k})
+            out.append({"type": part.modality, part.modality: k})
             k += 1
     return out
 
