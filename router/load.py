@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from configs.model_config import DeploymentOptions
+from configs.deployment_options import DeploymentOptions
 from router.policy import ModelState
 
 LiveReplicas = Callable[[str], "int | None"]

@@ -112,7 +112,7 @@ def test_bad_config_names_the_problem(args: dict, message: str) -> None:
 def test_autoscaling_config_is_checked_against_ray_serves_own(
     autoscaling: dict[str, int], message: str
 ) -> None:
-    from configs.model_config import DeploymentOptions
+    from configs.deployment_options import DeploymentOptions
 
     with pytest.raises(ValidationError, match=message):
         DeploymentOptions.model_validate({"autoscaling_config": autoscaling})

@@ -9,7 +9,8 @@ import pytest
 from app_args import local_app_args
 from pydantic import ValidationError
 
-from configs.model_config import UNKNOWN_CONTEXT, DeploymentOptions, RouterAppConfig
+from configs.deployment_options import DeploymentOptions
+from configs.model_config import UNKNOWN_CONTEXT, RouterAppConfig
 from configs.monitoring import MonitoringConfig
 from deployments.metrics.board import METRICS_BOARD
 from router.app import build_app
