@@ -174,11 +174,13 @@ class ModelServer:
         stream: Handler[Req],
         sse: bool,
         lora: LoraSpec | None,
+        timing: bool = False,
     ) -> Any:
         """One `what` request: a response or a stream; every failure becomes an `ErrorResponse`
         (see `_answer`; an engine that is not running is 503 `engine_unavailable`), the first
         item of a stream when the request streams. With `sse`, a stream's items after the first
-        are SSE bytes (`deployments.streaming.sse_relay`). `lora`: the adapter it runs under
+        are SSE bytes (`deployments.streaming.sse_relay`), each event led by its timestamps with
+        `timing` (`deployments.streaming.token_timing`). `lora`: the adapter it runs under
         (loaded first if this replica lacks it)."""
 
         async def run() -> Any:
@@ -192,7 +194,7 @@ class ModelServer:
             if req.stream:
                 chunks = self._mark_first(await stream(req, adapter))
                 items = end_on_failure(chunks, self.where)
-                return sse_batches(items, self.batching_interval_s) if sse else items
+                return sse_batches(items, self.batching_interval_s, timing) if sse else items
             return self._mark(await complete(req, adapter))
 
         result = await self._answer(what, run())
@@ -220,6 +222,7 @@ class ModelServer:
         preprocess: PreprocessPlan | None = None,
         lora: LoraSpec | None = None,
         session: str | None = None,
+        timing: bool = False,
     ) -> Any:
         """Chat completion: a `ChatCompletion`, or (when `request.stream`) an async generator of
         `ChatCompletionChunk`; user errors as `ErrorResponse` (first stream item). `sse=True`
@@ -227,7 +230,8 @@ class ModelServer:
         `preprocess`: the router's preprocessing plan (truncation; its report rides on the
         response or first chunk). `lora`: the LoRA adapter to run under (None: the base
         model); the response's `model` is then the adapter's id. `session`: the session key,
-        read by the caller's request router (`router.replica_router`), not here."""
+        read by the caller's request router (`router.replica_router`), not here. `timing`: with
+        `sse`, lead each event with its timestamps (`deployments.streaming.token_timing`)."""
         h = self.chat_handler
 
         def complete(req: ChatCompletionRequest, adapter: str | None) -> Awaitable[Any]:
@@ -237,7 +241,7 @@ class ModelServer:
             return h.stream(req, preprocess, adapter)
 
         return await self._serve(
-            "chat", request, ChatCompletionRequest, complete, stream, sse, lora
+            "chat", request, ChatCompletionRequest, complete, stream, sse, lora, timing
         )
 
     async def completions(
@@ -246,12 +250,13 @@ class ModelServer:
         sse: bool = False,
         lora: LoraSpec | None = None,
         session: str | None = None,
+        timing: bool = False,
     ) -> Any:
-        """Legacy completion: a `Completion` or a stream of them; errors, `sse`, `lora` and
-        `session` as for `chat`."""
+        """Legacy completion: a `Completion` or a stream of them; errors, `sse`, `lora`,
+        `session` and `timing` as for `chat`."""
         h = self.completion_handler
         return await self._serve(
-            "completions", request, CompletionRequest, h.complete, h.stream, sse, lora
+            "completions", request, CompletionRequest, h.complete, h.stream, sse, lora, timing
         )
 
     async def tokenize(

@@ -289,6 +289,7 @@ class LLMEngine:
             ExecutorDead: a tensor-parallel rank is gone; the engine cannot serve again.
         """
         start = time.monotonic()
+        self.outputs.step_started_at = start
         batch = self.scheduler.schedule()
         if not batch.scheduled:
             return []

@@ -46,6 +46,12 @@ class RequestOutput:
             None if it never ran), for the queue and prefill times of the engine metrics.
         num_cached_tokens: prompt tokens whose KV came from the prefix cache (OpenAI's
             `usage.prompt_tokens_details.cached_tokens`).
+        step_started_at: when the engine step that produced the output began (before
+            scheduling), `time.monotonic()` seconds; None for outputs no step produced (the
+            engine shutting down or dying). Read by the per-token timing
+            (`deployments.streaming.token_timing`).
+        step_ended_at: when the output was built, its step's forward pass and sampling done
+            (`time.monotonic()` seconds; None as for `step_started_at`).
     """
 
     request_id: str
@@ -60,3 +66,5 @@ class RequestOutput:
     error_kind: ErrorKind | None = None
     scheduled_at: float | None = None
     num_cached_tokens: int = 0
+    step_started_at: float | None = None
+    step_ended_at: float | None = None

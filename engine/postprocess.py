@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -51,6 +52,10 @@ class OutputProcessor:
         eos_token_ids: tokens that end a request (unless it ignores EOS).
         max_model_len: context length in tokens: a sequence reaching it ends (`length`).
         release: forgets a finished or failed sequence and frees its blocks (the engine's).
+
+    Attributes:
+        step_started_at: when the current step began (`time.monotonic()` seconds), set by the
+            engine before each step; stamped on the step's outputs with the time each is built.
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class OutputProcessor:
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
         self.release = release
+        self.step_started_at: float | None = None
 
     def process(
         self, batch: SchedulerOutput, logits: torch.Tensor, speculator: Speculator | None
@@ -192,4 +198,6 @@ class OutputProcessor:
             prompt_logprobs=take_prompt_logprobs(seq) if tokens else None,
             scheduled_at=seq.scheduled_at,
             num_cached_tokens=seq.num_cached_tokens,
+            step_started_at=self.step_started_at,
+            step_ended_at=time.monotonic(),
         )

@@ -19,11 +19,14 @@ class CallContext:
         session: The session-affinity key (`routing.session_key` in the model's config), if
             the request carries one: requests with the same key go to the same replica while it
             is healthy and not saturated (`router.replica_router`).
+        timing: The request asked for per-token timestamps (`x-ascend-router-timing: 1`,
+            `deployments.streaming.token_timing`).
     """
 
     tenant: str | None = None
     priority: int = 0
     session: str | None = None
+    timing: bool = False
 
 
 DEFAULT_CONTEXT = CallContext()

@@ -23,6 +23,7 @@ from deployments.protocol.request_id import current_request_id
 from deployments.protocol.requests import ChatCompletionRequest, CompletionRequest
 from deployments.protocol.responses import ModelCard, ModelList
 from deployments.protocol.validation import parse_request, wants_stream
+from deployments.streaming.token_timing import wants_timing
 from router.auth import presented_key
 from router.call_context import CallContext, session_of
 from router.dispatch import Routed, dispatch
@@ -160,8 +161,8 @@ class Gateway:
         self, features: RequestFeatures, headers: Mapping[str, str], req: Req, rule: str
     ) -> CallContext:
         """Who the request is for: its tenant, the engine priority it runs at
-        (`configs.priorities`; `rule`: the policy rule that decided it) and its session key
-        (`session_key`).
+        (`configs.priorities`; `rule`: the policy rule that decided it), its session key
+        (`session_key`) and whether it asked for per-token timestamps.
 
         Raises:
             OpenAIError: 400 for an unknown level in the priority header.
@@ -175,7 +176,7 @@ class Gateway:
             self.rule_levels.get(rule),
         )
         session = session_of(self.config.session_key, req, headers)
-        return CallContext(tenant=features.tenant, priority=priority, session=session)
+        return CallContext(features.tenant, priority, session, wants_timing(headers))
 
     def _count_preprocess(self, model: str, report: PreprocessReport) -> None:
         for rule in report.applied():

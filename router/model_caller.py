@@ -193,6 +193,8 @@ class ModelCaller:
         try:
             handle = self.handles[base].options(stream=True)
             extra = self._extra(model, plan, context)
+            if sse and context.timing:
+                extra["timing"] = True
             response = getattr(handle, method).remote(request, sse=sse, **extra)
             first: BaseModel = await self._answer(base, anext(response), response.cancel)
         except BaseException:
@@ -204,6 +206,7 @@ class ModelCaller:
             response,
             lambda: self.admission.release(base),
             self.config.inter_token_timeout_s,
+            sse and context.timing,
         )
 
     def _extra(

@@ -10,6 +10,7 @@ the client.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from pydantic import BaseModel
@@ -18,6 +19,7 @@ from ray.serve.handle import DeploymentResponseGenerator
 from deployments.protocol.error_stream import end_on_failure
 from deployments.protocol.errors import ErrorResponse
 from deployments.protocol.request_id import current_request_id
+from deployments.streaming.token_timing import relay_comment
 from router.http_errors import mid_stream_error
 
 
@@ -30,6 +32,8 @@ class ModelStream:
         response: The handle's stream, for the remaining items.
         done: Called once when the stream ends, fails or is closed.
         inter_token_timeout_s: Seconds the stream may go without an item.
+        timing: The caller asked for per-token timestamps: `relay_comment` stamps each item
+            (`deployments.streaming.token_timing`).
     """
 
     def __init__(
@@ -39,12 +43,15 @@ class ModelStream:
         response: DeploymentResponseGenerator,
         done: Callable[[], None],
         inter_token_timeout_s: float,
+        timing: bool = False,
     ) -> None:
         self.model = model
         self.first = first
         self._response = response
         self._done: Callable[[], None] | None = done
         self._timeout_s = inter_token_timeout_s
+        self.timing = timing
+        self._received = 0.0
 
     async def items(self) -> AsyncGenerator[BaseModel | bytes, None]:
         """The first item, then the rest; a failure or a stall mid-stream becomes a final
@@ -71,7 +78,12 @@ class ModelStream:
                 item = await asyncio.wait_for(anext(self._response), self._timeout_s)
             except StopAsyncIteration:
                 return
+            self._received = time.monotonic()
             yield item
+
+    def relay_comment(self) -> bytes:
+        """The router's timestamp comment for the item taken last, sent now."""
+        return relay_comment(self._received)
 
     def _failure(self, exc: Exception) -> ErrorResponse:
         if isinstance(exc, asyncio.TimeoutError):

@@ -27,12 +27,21 @@ async def _events(items: AsyncIterator[BaseModel | bytes]) -> AsyncIterator[str 
             return
 
 
-async def sse(items: AsyncGenerator[BaseModel | bytes, None]) -> AsyncIterator[str | bytes]:
+async def sse(
+    items: AsyncGenerator[BaseModel | bytes, None], stamp: Callable[[], bytes] | None = None
+) -> AsyncIterator[str | bytes]:
     """Relay a stream as server-sent events, ending with `data: [DONE]` (after an error event
-    when the stream fails: a router bug mid-stream still ends the stream in OpenAI form)."""
+    when the stream fails: a router bug mid-stream still ends the stream in OpenAI form).
+    `stamp`: the relay timestamp comment that leads each relayed SSE item
+    (`ModelStream.relay_comment`), when the caller asked for timestamps."""
     try:
         async for event in end_on_failure(_events(items), "the router"):
-            yield sse_event(event) if isinstance(event, ErrorResponse) else event
+            if isinstance(event, ErrorResponse):
+                yield sse_event(event)
+            elif stamp is not None and isinstance(event, bytes):
+                yield stamp() + event
+            else:
+                yield event
     finally:
         await items.aclose()  # client gone or stream done: the model request ends too
     yield DONE
@@ -89,6 +98,6 @@ def http_result(outcome: Routed | ErrorResponse) -> Response:
     return routed_answer(
         outcome,
         error_json,
-        lambda stream: sse(stream.items()),
+        lambda stream: sse(stream.items(), stream.relay_comment if stream.timing else None),
         lambda result, headers: JSONResponse(result.model_dump(mode="json"), headers=headers),
     )

@@ -394,6 +394,6 @@ class ChatHandler:
                 if reason == "stop":
                     items[-1].stop_reason = d.stop_reason
             for item in items:
-                yield chunk([item])
+                yield chunk([item]).with_timing(d.timing)
         if usage_chunk:
             yield chunk([], Usage.of(prompt_tokens, sum(counts), cached))

@@ -4,6 +4,7 @@ detokenizer -> stop strings; engine failures become OpenAI errors by what failed
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from deployments.protocol.errors import (
 from deployments.protocol.request_id import current_request_id
 from deployments.streaming.detokenizer import IncrementalDetokenizer
 from deployments.streaming.stop_strings import StopStringMatcher
+from deployments.streaming.token_timing import TokenTiming
 from engine.async_engine import EngineDead
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput, TokenLogprob
@@ -40,6 +42,8 @@ class ChoiceDelta:
         num_output_tokens: tokens generated so far.
         num_cached_tokens: prompt tokens whose KV came from the prefix cache.
         stop_reason: the stop string that ended the choice, on the last delta.
+        timing: when the delta's tokens left the engine and reached the replica's event loop
+            (`deployments.streaming.token_timing`).
     """
 
     index: int
@@ -51,6 +55,7 @@ class ChoiceDelta:
     num_output_tokens: int
     num_cached_tokens: int = 0
     stop_reason: str | None = None
+    timing: TokenTiming | None = None
 
 
 def engine_failure(out: RequestOutput) -> OpenAIError:
@@ -124,6 +129,7 @@ async def run_choice(
     matcher = StopStringMatcher(stops)
     try:
         async for out in stream:
+            received = time.monotonic()
             if out.error is not None:
                 raise engine_failure(out)
             text, out = _push_tokens(out, detok, matcher)
@@ -145,6 +151,7 @@ async def run_choice(
                 out.num_output_tokens,
                 out.num_cached_tokens,
                 matcher.matched,
+                TokenTiming(out.step_started_at, out.step_ended_at, received),
             )
             if reason is not None:
                 return

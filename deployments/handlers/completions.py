@@ -179,7 +179,7 @@ class CompletionHandler:
                         index=d.index, text=text, logprobs=lp, finish_reason=d.finish_reason
                     )
                 ],
-            )
+            ).with_timing(d.timing)
         if not usage_chunk:
             return
         prompt_tokens = sum(len(p) for p in prompts)

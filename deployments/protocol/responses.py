@@ -8,11 +8,14 @@ delta) are left out rather than sent as null, because SDK accumulators concatena
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 
 from deployments.protocol.preprocess_plan import PreprocessReport
+from deployments.streaming.token_timing import TokenTiming
 
 
 class PromptTokensDetails(BaseModel):
@@ -103,12 +106,14 @@ class ChatChoice(_DropNone):
 
 class RouterNotes(BaseModel):
     """A response that carries notes for the router, never part of the JSON body: what gateway
-    preprocessing did to its request (the `x-ascend-router-preprocess` header) and the replica
-    that answered (`x-ascend-router-replica`). The replica sets them on a non-streamed response
+    preprocessing did to its request (the `x-ascend-router-preprocess` header), the replica
+    that answered (`x-ascend-router-replica`) and a stream chunk's timestamps
+    (`deployments.streaming.token_timing`). The replica sets them on a non-streamed response
     or a stream's first item."""
 
     _preprocess: PreprocessReport | None = PrivateAttr(None)
     _replica: str | None = PrivateAttr(None)
+    _timing: TokenTiming | None = PrivateAttr(None)
 
     @property
     def preprocess_report(self) -> PreprocessReport | None:
@@ -128,6 +133,17 @@ class RouterNotes(BaseModel):
     def from_replica(self, replica: str) -> Self:
         """Name `replica` as the one that answered (in place) and return self."""
         self._replica = replica
+        return self
+
+    @property
+    def timing(self) -> TokenTiming | None:
+        """When a stream chunk's token passed the engine and the replica, if stamped."""
+        return self._timing
+
+    def with_timing(self, timing: TokenTiming | None) -> Self:
+        """Attach `timing` (in place), stamped as built now, and return self."""
+        if timing is not None:
+            self._timing = replace(timing, built=time.monotonic())
         return self
 
 

@@ -9,6 +9,8 @@ batch takes every chunk already produced, and with `interval_s > 0` a batch is s
 every `interval_s`, collecting what arrives meanwhile (Ray Serve LLM's
 `stream_batching_interval_ms`, ray-project/ray#52766). The first chunk is never held back
 (that batching must not add to TTFT, ray-project/ray#59681), and an error item ends the stream.
+With `timing`, each event of the bytes is led by the replica's timestamp comment
+(`deployments.streaming.token_timing`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ _END = object()
 
 
 async def sse_batches(
-    items: AsyncIterator[BaseModel], interval_s: float
+    items: AsyncIterator[BaseModel], interval_s: float, timing: bool = False
 ) -> AsyncIterator[BaseModel | bytes]:
     """The first item as is, then the rest as batched SSE bytes.
 
@@ -35,6 +37,7 @@ async def sse_batches(
         items: the typed stream (chunks, possibly ending with an `ErrorResponse`).
         interval_s: the least time between two batches after the first item (0: send whatever
             is ready whenever the consumer asks).
+        timing: lead each stamped chunk's event with its timestamps (`TokenTiming.comment`).
 
     Closing this generator (the client went away) closes `items`, so the engine request is
     aborted and its KV blocks freed.
@@ -75,7 +78,7 @@ async def sse_batches(
             if failed is not None:
                 events, ended = events[: failed + 1], True
             if events:
-                yield "".join(sse_event(e) for e in events).encode()
+                yield "".join(_event(e, timing) for e in events).encode()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -83,3 +86,11 @@ async def sse_batches(
         aclose = getattr(items, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _event(item: BaseModel, timing: bool) -> str:
+    """One item's SSE event, led by its timestamps when `timing` and it has them."""
+    stamps = getattr(item, "timing", None) if timing else None
+    if stamps is None:
+        return sse_event(item)
+    return stamps.comment(time.monotonic()) + sse_event(item)

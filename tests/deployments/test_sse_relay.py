@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel
 
 from deployments.protocol.errors import ErrorDetail, ErrorResponse
+from deployments.protocol.responses import ChatCompletionChunk
 from deployments.streaming.sse_relay import sse_batches
+from deployments.streaming.token_timing import REPLICA_COMMENT, TokenTiming
 
 
 class Chunk(BaseModel):
@@ -87,3 +89,30 @@ def test_closing_the_relay_closes_the_source() -> None:
 
     asyncio.run(first_then_close())
     assert closed == [True]
+
+
+def test_timing_leads_each_stamped_event_with_its_comment() -> None:
+    """With `timing`, every stamped chunk's event starts with the replica's comment line, whose
+    stamps run in order up to the encoding; chunks without stamps and `timing=False` add none."""
+    stamp = TokenTiming(1.0, 2.0, 3.0)
+
+    async def source() -> AsyncIterator[BaseModel]:
+        for n in range(4):
+            chunk = ChatCompletionChunk(id="c", created=0, model="m", choices=[])
+            yield chunk.with_timing(stamp if n != 2 else None)
+
+    async def collect(timing: bool) -> list[str]:
+        items = [i async for i in sse_batches(source(), 0.0, timing)]
+        return [e for b in items[1:] for e in b.decode().split("\n\n") if e]
+
+    for event in (events := asyncio.run(collect(True))):
+        assert event.count("data: ") == 1
+    stamped = [e for e in events if e.startswith(REPLICA_COMMENT)]
+    assert len(events) == 3 and len(stamped) == 2  # the chunk without stamps has none
+    for event in stamped:
+        comment, data = event.split("\n")
+        stamps = json.loads(comment[len(REPLICA_COMMENT) :])
+        assert data.startswith("data: ")
+        assert stamps["step_started"] == 1.0 and stamps["received"] == 3.0
+        assert 3.0 < stamps["built"] <= stamps["encoded"] <= time.monotonic()
+    assert all(e.startswith("data: ") for e in asyncio.run(collect(False)))

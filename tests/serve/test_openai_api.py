@@ -11,6 +11,8 @@ import pytest
 from ray import serve
 from serve_helpers import FAST, MODEL, local_args, post_stream, stream_text
 
+from deployments.streaming.token_timing import TIMING_HEADER
+from load_tests.token_stamps import STAGES, StampedStream, token_stages
 from router.app import APP_NAME, model_deployment_name
 
 pytestmark = pytest.mark.serve
@@ -62,6 +64,37 @@ def test_paris_nonstream_and_stream(client: openai.OpenAI, http: httpx.Client) -
         http, "/v1/chat/completions", {"messages": PARIS, "temperature": 0, "stream": True}
     )
     assert status == 200 and done and stream_text(events) == text
+
+
+def test_timing_header_stamps_every_token_in_path_order(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    """`x-ascend-router-timing: 1` (`load_tests.token_breakdown`): every content event comes
+    with the replica's and the router's stamps, in path order up to the client's arrival time;
+    the `openai` client ignores the comment lines and reads the same greedy text."""
+    body = {"model": MODEL, "messages": PARIS, "temperature": 0, "max_tokens": 12}
+    plain = client.chat.completions.create(**body, stream=True)
+    expected = "".join(c.choices[0].delta.content or "" for c in plain)
+    stamped = client.chat.completions.create(
+        **body, stream=True, extra_headers={TIMING_HEADER: "1"}
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stamped) == expected
+    stream = StampedStream()
+    with http.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}, headers={TIMING_HEADER: "1"}
+    ) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if not stream.add_line(line, time.monotonic()):
+                break
+    assert len(stream.events) >= 5
+    for ev in stream.events:
+        assert ev.replica is not None and ev.relay is not None
+        order = [ev.replica[k] for k in ("step_started", "step_ended", "received", "built")]
+        order += [ev.replica["encoded"], ev.relay["received"], ev.relay["sent"], ev.arrived]
+        assert order == sorted(order), order
+    rows = token_stages(stream)
+    assert rows and all(set(STAGES) - {"client"} <= set(r) for r in rows)
 
 
 def test_eight_concurrent_streams_then_all_blocks_free(client: openai.OpenAI) -> None:
