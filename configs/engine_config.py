@@ -266,6 +266,22 @@ class EngineConfig(BaseModel):
             "bits either way. 0: every step uses `num_threads`."
         ),
     )
+    thread_niceness: int | None = Field(
+        None,
+        ge=-20,
+        le=19,
+        description=(
+            "Linux niceness of the engine's thread and of the CPU worker threads it starts (its "
+            "OpenMP team), set before the model loads. Ray starts every worker process at "
+            "niceness 15 (`RAY_worker_niceness`), below Ray's own daemons, the clients and any "
+            "other process of the host, so on a small host the engine's threads lose their "
+            "core to them mid-step, and with two threads the other one waits at each op's "
+            "barrier. 0 gives the engine the priority of the host's other processes (a value "
+            "below the worker's 15 needs CAP_SYS_NICE, e.g. root; without it the replica logs "
+            "a warning and keeps 15). The replica's other threads (HTTP, detokenisation) keep "
+            "the worker's niceness. None: leave it."
+        ),
+    )
     lora: LoraConfig | None = Field(
         None,
         description="Multi-LoRA serving (`configs.lora_config`): adapters, `max_loras`, "

@@ -1,14 +1,20 @@
-"""`single_thread_max_tokens`: small steps run on one CPU thread, with the same output bits."""
+"""`single_thread_max_tokens`: small steps run on one CPU thread, with the same output bits;
+`thread_niceness`: the engine's threads, and only they, run at the niceness set."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
+from engine.async_engine import AsyncEngine
+from engine.cpu_threads import set_thread_niceness
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.step_input import StepInput
@@ -67,3 +73,49 @@ def test_small_steps_run_on_one_thread_with_identical_logprobs(
     assert {threads for tokens, threads in small_steps if tokens > 3} == {2}
     seen = {tokens for tokens, _ in small_steps}
     assert seen >= {1, 2, 3, 4} and max(seen) >= 40  # decode batches and prefill chunks
+
+
+def _niceness(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+def test_thread_niceness_holds_for_the_engine_thread_and_its_team_only(
+    make_engine, restore_threads: None
+) -> None:
+    """`thread_niceness` is set on the engine thread before the model loads, so the OpenMP
+    threads its steps start inherit it; the caller's thread keeps its own. (A niceness above
+    the current one needs no privilege.)"""
+    mine = _niceness(threading.get_native_id())
+    target = min(mine + 3, 19)
+    tids_before = set(os.listdir("/proc/self/task"))
+    front = AsyncEngine(lambda: make_engine(num_threads=2, thread_niceness=target))
+    try:
+
+        async def run() -> list[Any]:
+            stream = await front.add("r", list(range(100, 180)), SamplingParams(max_tokens=4))
+            return [out async for out in stream]
+
+        assert asyncio.run(run())[-1].finish_reason == "length"
+        engine_tid = front._thread.native_id
+        assert engine_tid is not None and _niceness(engine_tid) == target
+        assert _niceness(threading.get_native_id()) == mine
+        new = set(os.listdir("/proc/self/task")) - tids_before - {str(engine_tid)}
+        team = [t for t in new if _niceness(int(t)) == target]
+        assert team, "the 2-thread steps' OpenMP worker starts at the engine's niceness"
+    finally:
+        front.shutdown()
+
+
+def test_thread_niceness_without_privilege_warns_and_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lowering the niceness without CAP_SYS_NICE fails in the kernel (EPERM): a warning
+    naming the setting, and the engine starts anyway."""
+
+    def refuse(which: int, who: int, prio: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with caplog.at_level(logging.WARNING):
+        assert not set_thread_niceness(-5)
+    assert "engine.thread_niceness -5 not set" in caplog.text
