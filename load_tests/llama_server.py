@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import glob
 import logging
+import shlex
 import signal
 import subprocess
 import sys
@@ -58,6 +59,10 @@ class LlamaServerConfig:
             llama-server splits its context evenly between slots.
         threads: CPU threads (`-t`).
         alias: model name reported by `/v1/models`.
+        extra_args: more flags, appended as given (e.g. `--no-repack`: on hosts whose CPU
+            reports AMX but where ggml's AMX buffer type dies at the first prompt (SIGILL or
+            SIGSEGV, seen on a 2-vCPU Xeon VM), the server runs without repacked weights, as
+            on a CPU without AMX).
     """
 
     model: str
@@ -67,6 +72,7 @@ class LlamaServerConfig:
     ctx_per_slot: int = 2048
     threads: int = 2
     alias: str = "smollm2"
+    extra_args: tuple[str, ...] = ()
 
     @property
     def base_url(self) -> str:
@@ -79,7 +85,7 @@ class LlamaServerConfig:
             str(self.binary), "-m", self.model, "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.parallel), "--cont-batching",
             "-c", str(self.parallel * self.ctx_per_slot), "-t", str(self.threads),
-            "--alias", self.alias, "--no-webui", "--jinja",
+            "--alias", self.alias, "--no-webui", "--jinja", *self.extra_args,
         ]  # fmt: skip
 
 
@@ -154,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alias", default="smollm2", help="model name to serve under")
     p.add_argument("--duration", type=float, default=0.0, help="stop after N s (0: Ctrl-C)")
     p.add_argument("--log", type=Path, default=Path("load_tests/results/llama-server.log"))
+    p.add_argument(
+        "--extra-args", default="", help="more llama-server flags, one string (e.g. --no-repack)"
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = LlamaServerConfig(
         model=args.model, binary=find_binary(args.binary), port=args.port,
         parallel=args.parallel, ctx_per_slot=args.ctx_per_slot, threads=args.threads,
-        alias=args.alias,
+        alias=args.alias, extra_args=tuple(shlex.split(args.extra_args)),
     )  # fmt: skip
     # SIGTERM (and SIGINT, which background shells ignore) must unwind `running` to stop it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
