@@ -6,10 +6,7 @@ the decoder once per size with static shapes (`dynamic=False`), so a replay runs
 module and no graph ever recompiles while serving. Per platform:
 
 - CPU: `torch.compile` with inductor: C++ kernels for the fused element-wise work, the GEMMs and
-  our own kernels (`npu_ops.cpu_kernels`) called as opaque ops, with inductor's `cpp_wrapper`:
-  the code that calls them one after another is C++ too, not Python (SmolLM2 int4 decode at
-  batch 1 on one thread: 16.2 -> 15.0 ms per step, the same greedy tokens;
-  `load_tests.graph_mode`).
+  our own kernels (`npu_ops.cpu_kernels`) called as opaque ops.
 - CUDA: `torch.compile(mode="reduce-overhead")`: inductor with CUDA graphs (torch docs,
   "torch.compile" modes), which replays the whole step as one graph launch.
 - NPU: `torch.compile` with torchair's backend (`torchair.get_npu_backend`, Ascend/torchair
@@ -97,4 +94,4 @@ def compile_graph(
                 "install it or set enforce_eager: true"
             )
         return torch.compile(fn, mode="reduce-overhead", dynamic=False)
-    return torch.compile(fn, dynamic=False, options={"cpp_wrapper": True})
+    return torch.compile(fn, dynamic=False)
