@@ -4,7 +4,8 @@ Levels are interleaved (A then B at each concurrency) so drift in machine load h
 level runs one target at a time, so each side's concurrency-1 level is its single-stream
 figure measured alone (`single_stream_tok_s` in the result). With `--presets` every named
 workload of `load_tests.presets` runs in one invocation, `--rounds` times over (presets and
-rounds interleaved; every round with fresh prompts, so no prompt cache answers a later round),
+rounds interleaved; every round with fresh prompts, so no prompt cache answers a later round,
+and without `--seed` every run draws its own prompts, so no cache of an earlier run answers),
 and each level reports its median round: a peer figure that moves between runs is re-measured,
 never quoted.
 
@@ -61,6 +62,7 @@ import argparse
 import asyncio
 import copy
 import logging
+import random
 import statistics
 import subprocess
 from collections.abc import Sequence
@@ -112,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--peer-binary", type=Path, help="B's binary: its --version and build flags are recorded"
     )
     add_workload_args(p)
+    # A peer that keeps prompts across runs (llama-server's host-memory prompt cache) would
+    # answer a second run's prompts from its cache while ours restarted cold: without --seed,
+    # every run draws its own (recorded in the result's workload).
+    p.set_defaults(seed=None)
     return p
 
 
@@ -136,7 +142,11 @@ def peer_info(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def scenarios(args: argparse.Namespace) -> list[tuple[str | None, Scenario]]:
-    """`(preset name, scenario)` per preset, or the flags' own scenario without presets."""
+    """`(preset name, scenario)` per preset, or the flags' own scenario without presets; without
+    `--seed`, a seed is drawn for this run (and set on `args`)."""
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(ROUND_SEED)
+        logging.info("prompt seed %d (--seed %d repeats this run's prompts)", args.seed, args.seed)
     if not args.presets:
         return [(None, scenario_from_args(args))]
     out: list[tuple[str | None, Scenario]] = []
@@ -209,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"A and B share the label {a.label!r}: give distinct labels")
     if args.rounds < 1:
         raise SystemExit(f"--rounds {args.rounds}: need at least 1")
+
     plan = scenarios(args)
     tokenizer = default_tokenizer(args.tokenizer)
     peer = peer_info(args)

@@ -73,3 +73,17 @@ def test_on_off_config_adds_a_model_without_speculation() -> None:
     assert off == on and doc["http_options"]["port"] == 8123
     with pytest.raises(ValueError, match="speculative"):
         on_off_document(SOURCE.parent / "local.yaml", "smollm2-long")
+
+
+def test_each_run_draws_its_prompts_unless_seeded() -> None:
+    """Without `--seed` two runs send different prompts (a peer's prompt cache kept from an
+    earlier run must not answer this one); `--seed` repeats a run's prompts."""
+
+    def seed_of(*extra: str) -> int:
+        args = build_parser().parse_args([*_TARGETS, "--presets", "decode-heavy", *extra])
+        ((_, s),) = scenarios(args)
+        assert s.spec.seed == args.seed
+        return s.spec.seed
+
+    assert len({seed_of() for _ in range(4)}) > 1
+    assert seed_of("--seed", "7") == seed_of("--seed", "7") == 7
