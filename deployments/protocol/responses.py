@@ -9,7 +9,6 @@ delta) are left out rather than sent as null, because SDK accumulators concatena
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, PrivateAttr, model_serializer
@@ -114,6 +113,7 @@ class RouterNotes(BaseModel):
     _preprocess: PreprocessReport | None = PrivateAttr(None)
     _replica: str | None = PrivateAttr(None)
     _timing: TokenTiming | None = PrivateAttr(None)
+    _built: float = PrivateAttr(0.0)
 
     @property
     def preprocess_report(self) -> PreprocessReport | None:
@@ -135,16 +135,15 @@ class RouterNotes(BaseModel):
         self._replica = replica
         return self
 
-    @property
-    def timing(self) -> TokenTiming | None:
-        """When a stream chunk's token passed the engine and the replica, if stamped."""
-        return self._timing
-
     def with_timing(self, timing: TokenTiming | None) -> Self:
-        """Attach `timing` (in place), stamped as built now, and return self."""
-        if timing is not None:
-            self._timing = replace(timing, built=time.monotonic())
+        """Attach `timing` (in place), the chunk stamped as built now, and return self."""
+        self._timing, self._built = timing, time.monotonic()
         return self
+
+    def timing_comment(self, encoded: float) -> str | None:
+        """The replica's timestamp comment of a stamped stream chunk whose SSE bytes were made
+        at `encoded` (`TokenTiming.comment`); None when not stamped."""
+        return None if self._timing is None else self._timing.comment(self._built, encoded)
 
 
 class ChatCompletion(RouterNotes):

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel
 
 from deployments.protocol.errors import ErrorResponse
+from deployments.protocol.responses import RouterNotes
 from deployments.protocol.sse import sse_event
 
 _END = object()
@@ -37,7 +38,7 @@ async def sse_batches(
         items: the typed stream (chunks, possibly ending with an `ErrorResponse`).
         interval_s: the least time between two batches after the first item (0: send whatever
             is ready whenever the consumer asks).
-        timing: lead each stamped chunk's event with its timestamps (`TokenTiming.comment`).
+        timing: lead each stamped chunk's event with its timestamps (`RouterNotes.timing_comment`).
 
     Closing this generator (the client went away) closes `items`, so the engine request is
     aborted and its KV blocks freed.
@@ -90,7 +91,7 @@ async def sse_batches(
 
 def _event(item: BaseModel, timing: bool) -> str:
     """One item's SSE event, led by its timestamps when `timing` and it has them."""
-    stamps = getattr(item, "timing", None) if timing else None
-    if stamps is None:
-        return sse_event(item)
-    return stamps.comment(time.monotonic()) + sse_event(item)
+    comment = (
+        item.timing_comment(time.monotonic()) if timing and isinstance(item, RouterNotes) else None
+    )
+    return sse_event(item) if comment is None else comment + sse_event(item)

@@ -51,22 +51,20 @@ class TokenTiming:
         step_started: its engine step began (`time.monotonic()` s; None when no step made it).
         step_ended: its output was built in the engine (s; None as above).
         received: the replica's event loop took the output (s).
-        built: the chunk was built from it (s; None until then).
     """
 
     step_started: float | None
     step_ended: float | None
     received: float
-    built: float | None = None
 
-    def comment(self, encoded: float) -> str:
-        """The replica's SSE comment line (with its newline); `encoded`: when the event's bytes
-        were made (`time.monotonic()` s)."""
+    def comment(self, built: float, encoded: float) -> str:
+        """The replica's SSE comment line (with its newline); `built`: when the chunk was built
+        from the output, `encoded`: when the event's bytes were made (`time.monotonic()` s)."""
         stamps = {
             "step_started": self.step_started,
             "step_ended": self.step_ended,
             "received": self.received,
-            "built": self.built,
+            "built": built,
             "encoded": encoded,
         }
         return f"{REPLICA_COMMENT}{json.dumps(stamps)}\n"
