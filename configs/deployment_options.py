@@ -6,6 +6,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+GRPC_MESSAGE_ENV = "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"
+"""Ray Serve's bound on one message of its gRPC channel between replicas (read by each replica
+process at start; Ray's default is gRPC's 4 MiB). The router streams from the models over that
+channel (`router.model_caller`), and one request is one message: a request the router's
+`request_limits` accept (8 MiB of JSON by default, more once parsed and pickled) must fit."""
+GRPC_MESSAGE_BYTES = 2**31 - 1
+"""gRPC's own ceiling (a signed 32-bit length), as Ray's `RAY_SERVE_GRPC_MAX_MESSAGE_SIZE`: the
+router's `request_limits` bound requests, not the transport."""
+
 
 class DeploymentOptions(BaseModel):
     """Ray Serve deployment options passed through to `.options(...)`."""
@@ -84,5 +93,13 @@ class DeploymentOptions(BaseModel):
         return autoscaling.get("min_replicas", 1), autoscaling.get("max_replicas", 1)
 
     def serve_options(self) -> dict[str, Any]:
-        """Keyword arguments for `Deployment.options`."""
-        return self.model_dump(exclude_none=True)
+        """Keyword arguments for `Deployment.options`: these options, and in
+        `ray_actor_options.runtime_env.env_vars` Serve's gRPC message bound
+        (`GRPC_MESSAGE_ENV`, unless set there already)."""
+        options = self.model_dump(exclude_none=True)
+        runtime_env = dict(options["ray_actor_options"].get("runtime_env") or {})
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars.setdefault(GRPC_MESSAGE_ENV, str(GRPC_MESSAGE_BYTES))
+        runtime_env["env_vars"] = env_vars
+        options["ray_actor_options"] = {**options["ray_actor_options"], "runtime_env": runtime_env}
+        return options

@@ -43,7 +43,7 @@ from torch import nn
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import engine.llm_engine as llm_engine_module
+import engine.postprocess as postprocess_module
 from configs.engine_config import EngineConfig
 from configs.model_source import ModelSource
 from engine.graph_capture import wait_for_decode_graphs
@@ -227,9 +227,9 @@ def measure(bench: Bench, batch: int) -> dict[str, Any]:
         bench.engine.step()
         times.append(time.perf_counter() - t0)
     runner = ModelRunner._metadata
-    sample = llm_engine_module.sample
+    sample = postprocess_module.sample
     ModelRunner._metadata = _labelled_function(runner, "metadata")  # type: ignore[method-assign]
-    llm_engine_module.sample = _labelled_function(sample, "sampling")
+    postprocess_module.sample = _labelled_function(sample, "sampling")
     model_runner = bench.engine.executor.runner
     graph = model_runner.graph_decoder
     if graph is not None:
@@ -245,7 +245,7 @@ def measure(bench: Bench, batch: int) -> dict[str, Any]:
             wall_us = (time.perf_counter() - t0) * 1e6
     finally:
         ModelRunner._metadata = runner  # type: ignore[method-assign]
-        llm_engine_module.sample = sample
+        postprocess_module.sample = sample
         model_runner.graph_decoder = graph
     bench.finish()
     totals, calls = _classify(list(prof.events()), by_name=graph is not None)

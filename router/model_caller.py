@@ -191,7 +191,10 @@ class ModelCaller:
         base = self.catalog.base(model)
         await self.admission.admit(base, context)
         try:
-            handle = self.handles[base].options(stream=True)
+            # by value: each item goes over Serve's gRPC channel between the two replicas
+            # instead of becoming a Ray object the router then fetches (Ray's throughput-
+            # optimized data plane; c16 +20 % tok/s, router CPU per token -30 %, docs/benchmarks.md)
+            handle = self.handles[base].options(stream=True, _by_reference=False)
             extra = self._extra(model, plan, context)
             if sse and context.timing:
                 extra["timing"] = True

@@ -133,3 +133,20 @@ def test_the_router_takes_what_its_models_run_and_queue() -> None:
     assert config.router_deployment.max_ongoing_requests == 10_000
     chosen = {"models": two, "router_deployment": {"max_ongoing_requests": 7}}
     assert RouterAppConfig.model_validate(chosen).router_deployment.max_ongoing_requests == 7
+
+
+def test_every_replica_takes_requests_beyond_grpcs_default_message_size() -> None:
+    """The router streams from its models over Serve's gRPC channel (one message per request):
+    each deployment's runtime env raises the bound, keeping what the config set there."""
+    from configs.deployment_options import GRPC_MESSAGE_BYTES, GRPC_MESSAGE_ENV, DeploymentOptions
+
+    plain = DeploymentOptions().serve_options()["ray_actor_options"]
+    assert plain == {
+        "num_cpus": 0.5,
+        "runtime_env": {"env_vars": {GRPC_MESSAGE_ENV: str(GRPC_MESSAGE_BYTES)}},
+    }
+    own = {"pip": ["x"], "env_vars": {"A": "1", GRPC_MESSAGE_ENV: "1000"}}
+    options = DeploymentOptions(ray_actor_options={"num_cpus": 1, "runtime_env": own})
+    got = options.serve_options()["ray_actor_options"]
+    assert got == {"num_cpus": 1, "runtime_env": own}
+    assert options.ray_actor_options["runtime_env"] == own  # the config itself is not changed

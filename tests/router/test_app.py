@@ -9,7 +9,7 @@ import pytest
 from app_args import local_app_args
 from pydantic import ValidationError
 
-from configs.deployment_options import DeploymentOptions
+from configs.deployment_options import GRPC_MESSAGE_BYTES, GRPC_MESSAGE_ENV, DeploymentOptions
 from configs.model_config import UNKNOWN_CONTEXT, RouterAppConfig
 from configs.monitoring import MonitoringConfig
 from deployments.metrics.board import METRICS_BOARD
@@ -99,10 +99,16 @@ def test_deployment_options_reach_serve(monkeypatch: pytest.MonkeyPatch) -> None
         1,
         16,
     )
-    assert (fast.max_queued_requests, fast.ray_actor_options) == (32, {"num_cpus": 0.5})
+    grpc = {"env_vars": {GRPC_MESSAGE_ENV: str(GRPC_MESSAGE_BYTES)}}
+    assert fast.max_queued_requests == 32
+    assert fast.ray_actor_options == {"num_cpus": 0.5, "runtime_env": grpc}
     assert long._deployment_config.autoscaling_config.max_replicas == 3
     assert (long.max_ongoing_requests, long.max_queued_requests) == (7, 9)
-    assert long.ray_actor_options == {"num_cpus": 0.25, "resources": {"NPU": 1}}
+    assert long.ray_actor_options == {
+        "num_cpus": 0.25,
+        "resources": {"NPU": 1},
+        "runtime_env": grpc,
+    }
 
 
 def test_every_model_reports_to_the_applications_one_metrics_board() -> None:

@@ -10,6 +10,7 @@ smaller CPU shares so they fit beside the session's local app.
 from __future__ import annotations
 
 import base64
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import openai
 import pytest
 import yaml
 from hypothesis import strategies as st
+from PIL import Image
 from ray import serve
 from serve_helpers import wait_healthy
 
@@ -29,6 +31,7 @@ from fixtures.media_files import (
     audio_bytes,
     audio_part,
     data_url,
+    encode_image,
     image_bytes,
     image_part,
     png_bytes,
@@ -138,6 +141,28 @@ def test_media_over_the_openai_client_streamed(
         temperature=0,  # type: ignore[arg-type]
     )
     assert again.choices[0].message.content == text
+
+
+def test_a_streamed_request_beyond_grpcs_default_message_size_is_answered(
+    http: httpx.Client,
+) -> None:
+    """The router streams from a model over Serve's gRPC channel between replicas, the request
+    in one message: one the router accepts but over gRPC's 4 MiB default (a 4.5 MB image of
+    noise) is answered (`configs.deployment_options.GRPC_MESSAGE_ENV`)."""
+    rng = random.Random(7)
+    noise = Image.frombytes("RGB", (1250, 1200), rng.randbytes(1250 * 1200 * 3))
+    body = {
+        "model": VLM,
+        "messages": user(image_part(data_url(encode_image(noise)))),
+        "max_tokens": 4,
+        "temperature": 0,
+        "stream": True,
+    }
+    assert len(json.dumps(body)) > 5 * 2**20
+    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        text = resp.read().decode()
+    assert resp.status_code == 200, text
+    assert text.rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in text
 
 
 def test_text_goes_to_the_text_models(http: httpx.Client) -> None:
