@@ -33,7 +33,10 @@ class DeploymentOptions(BaseModel):
     )
     ray_actor_options: dict[str, Any] = Field(
         default_factory=lambda: {"num_cpus": 0.5},
-        description="Resources per replica, e.g. {num_cpus: 0.5} on CPU or {resources: {NPU: 1}}.",
+        description="Resources per replica, e.g. {num_cpus: 0.5} on CPU or {resources: {NPU: 1}}. "
+        f"Its `runtime_env.env_vars` get `{GRPC_MESSAGE_ENV}` unless set there: the router "
+        "streams from the models over Serve's gRPC channel, whose 4 MiB default would refuse "
+        "requests the router accepts.",
     )
     health_check_period_s: float | None = Field(
         None,

@@ -11,7 +11,10 @@ import pytest
 from ray import serve
 from serve_helpers import FAST, MODEL, local_args, post_stream, stream_text
 
+from configs.model_config import ModelDeploymentConfig
 from deployments.streaming.token_timing import TIMING_HEADER
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
 from load_tests.token_stamps import STAGES, StampedStream, token_stages
 from router.app import APP_NAME, model_deployment_name
 
@@ -304,3 +307,32 @@ def test_tokenize_equals_prefill_and_detokenize(client: openai.OpenAI, http: htt
         assert bad.json()["error"]["param"] == param
     assert http.post("/tokenize", json={"model": "nope", "prompt": "x"}).status_code == 404
     assert http.post("/tokenize", json={"model": MODEL, "prompt": text}).status_code == 200
+
+
+def test_greedy_tokens_over_http_equal_the_engines_offline(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    """The serving path (router, the gRPC stream between replicas, SSE) changes no token:
+    greedy completions over HTTP, streamed and not, equal what the model's engine, built in
+    this process from the served config, generates offline for the same prompt ids."""
+    spec = next(m for m in local_args()["models"] if m["model_id"] == MODEL)
+    config = ModelDeploymentConfig.model_validate(spec)
+    engine = LLMEngine(config.source.resolve(), config.engine)
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a"]
+    for i, text in enumerate(texts):
+        ids = http.post("/tokenize", json={"model": MODEL, "prompt": text}).json()["tokens"]
+        engine.add_request(f"offline-{i}", ids, params)
+        offline: list[int] = []
+        while engine.has_unfinished():
+            for out in engine.step():
+                offline.extend(out.new_token_ids)
+        assert len(offline) == 24
+        want = http.post("/detokenize", json={"model": MODEL, "tokens": offline}).json()
+        body = {"model": MODEL, "prompt": ids, "max_tokens": 24, "temperature": 0}
+        extra = {"ignore_eos": True}
+        done = client.completions.create(**body, extra_body=extra)
+        assert done.usage is not None and done.usage.completion_tokens == 24
+        assert done.choices[0].text == want["prompt"], text
+        streamed = client.completions.create(**body, stream=True, extra_body=extra)
+        assert "".join(c.choices[0].text for c in streamed if c.choices) == want["prompt"], text
