@@ -125,7 +125,8 @@ class FakeHandle:
         """The calls of `method` so far."""
         return [call for name, call in self.calls if name == method]
 
-    def options(self, stream: bool = False) -> FakeHandle:
+    def options(self, stream: bool = False, _by_reference: bool = True) -> FakeHandle:
+        """Serve's `DeploymentHandle.options` (streams are asked for by value, over gRPC)."""
         return self
 
     def __getattr__(self, name: str) -> _Method:
