@@ -15,6 +15,7 @@ from ray import serve
 from serve_helpers import FAST, MODEL, extra_router, local_args
 
 from router.app import APP_NAME, model_deployment_name
+from router.deployment_status import serve_status
 from router.dispatch import (
     FALLBACK_HEADER,
     MODEL_HEADER,
@@ -129,3 +130,14 @@ def _wait_until_served_by(http: httpx.Client, model: str, timeout_s: float) -> N
         time.sleep(1)
     assert resp.headers[MODEL_HEADER] == model, http.get("/health").json()
     assert http.get("/health").json()["down"] == {}
+
+
+def test_the_routers_status_read_counts_what_serve_status_counts(serve_url: str) -> None:
+    """The router reads deployment states from the controller's details dict, not through
+    `serve.status()` (which pickles each request router class per call): the two agree on every
+    application and deployment of the live instance, replica states counted alike."""
+    ours = serve_status().applications
+    theirs = serve.status().applications
+    assert ours == theirs
+    overview = ours[APP_NAME].deployments[model_deployment_name(MODEL)]
+    assert overview.replica_states.get("RUNNING", 0) >= 1
