@@ -67,6 +67,7 @@ class ReplicaReports:
     num_replicas=1,
     max_ongoing_requests=1000,  # pushes and reads are dictionary operations
     ray_actor_options={"num_cpus": 0},
+    logging_config={"enable_access_log": False},  # a push per replica every push_interval_s
 )
 class MetricsBoard:
     """The application's metrics board (one replica; its state is rebuilt by the next pushes).
