@@ -34,7 +34,6 @@ from typing import Any, Literal
 
 import ray
 from ray import serve
-from ray.serve.context import _get_global_client
 from ray.serve.handle import DeploymentHandle
 from ray.serve.schema import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
 
@@ -74,13 +73,16 @@ def serve_status() -> ServeStatus:
     """
     if not ray.is_initialized():
         raise RuntimeError("not connected to Ray")
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:  # Serve has not started
-        return ServeStatus()
-    details = client.get_serve_details()
     try:
-        return status_from_details(details)
-    except (KeyError, TypeError, AttributeError) as exc:  # another Ray's layout
+        # Ray's private client, as `serve.status()` itself uses it; a Ray without it (or
+        # laid out otherwise) is read through `serve.status()`
+        from ray.serve.context import _get_global_client
+
+        client = _get_global_client(raise_if_no_controller_running=False)
+        if client is None:  # Serve has not started
+            return ServeStatus()
+        return status_from_details(client.get_serve_details())
+    except (ImportError, AttributeError, KeyError, TypeError) as exc:
         logger.debug("reading serve details failed (%r); using serve.status()", exc)
         return serve.status()
 
