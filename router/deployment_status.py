@@ -1,10 +1,10 @@
 """What Ray Serve's controller says of each model deployment: serving, starting or failed.
 
 A handle call to a deployment whose replicas are still loading weights waits for one, just as a
-call to a dead deployment does; only the controller can tell the two apart. The router polls
-`serve.status()` (one controller call, made off the event loop) every `poll_s` seconds and
-keeps each model's `DeploymentState`. It reads the controller's details dict and counts replica
-states from it, as `serve.status()` does, without validating the whole
+call to a dead deployment does; only the controller can tell the two apart. Every `poll_s`
+seconds the router asks the controller what `serve.status()` reports (one call, made off the
+event loop) and keeps each model's `DeploymentState`. It reads the controller's details dict
+and counts replica states from it, as `serve.status()` does, without validating the whole
 `ServeInstanceDetails` model first: that validation pickles each deployment's request router
 class and cost the router ~22 ms of CPU per poll (27 ms per `serve.status()` against 5 ms for
 the dict, Ray 2.60). A Ray whose dict differs falls back to `serve.status()`:
@@ -93,7 +93,8 @@ def status_from_details(details: Mapping[str, Any]) -> ServeStatus:
     are left out (the router does not read them).
 
     Raises:
-        KeyError, TypeError: `details` is not laid out as Ray 2.60 lays it out.
+        KeyError, TypeError, AttributeError: `details` is not laid out as Ray 2.60 lays it
+            out.
     """
     apps: Mapping[str, Any] = details.get("applications") or {}
     return ServeStatus(
