@@ -9,6 +9,7 @@ from engine faults (`engine_error`, `engine_unavailable`: see `deployments.proto
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -55,6 +56,7 @@ from deployments.streaming.sse_relay import sse_batches
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
+from engine.process_engine import ProcessEngine
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +112,11 @@ class ModelServer:
         self.tokenizer = load_tokenizer(checkpoint)
         cfg = self.config
         cls = engine_class(cfg.engine_class)
-        engine = AsyncEngine(
-            lambda: cls(checkpoint, cfg.engine, cfg.tensor_parallel_size, cfg.expert_parallel),
-            None,
-            cfg.engine_stall_timeout_s,
+        build = functools.partial(
+            cls, checkpoint, cfg.engine, cfg.tensor_parallel_size, cfg.expert_parallel
         )
+        front = ProcessEngine if cfg.engine_process else AsyncEngine
+        engine = front(build, None, cfg.engine_stall_timeout_s)
         replica_id = serve.get_replica_context().replica_id.unique_id
         self.replica_id = replica_id
         spec = cfg.engine.speculative

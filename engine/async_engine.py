@@ -47,7 +47,10 @@ class RequestRejected(ValueError):
 
 
 @dataclass(frozen=True)
-class _Add:
+class Add:
+    """One request as queued, as its caller waits on it: where its outputs go (`queue` on
+    `loop`), its admission (`admitted`) and its timing record for the metrics."""
+
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
@@ -73,7 +76,7 @@ class _Call:
     done: asyncio.Future[object]
 
 
-_Command = _Add | _Abort | _Call
+_Command = Add | _Abort | _Call
 
 
 class RequestStream:
@@ -81,11 +84,15 @@ class RequestStream:
 
     Closing it before the last output (`aclose`: client gone, task cancelled) aborts the request
     in the engine, which frees its KV blocks before the next step.
+
+    Args:
+        add: the request as queued (its output queue, admission and timing records).
+        abort: called with the request id to abort the request in its engine.
     """
 
-    def __init__(self, engine: AsyncEngine, add: _Add) -> None:
-        self._engine = engine
+    def __init__(self, add: Add, abort: Callable[[str], None]) -> None:
         self._add = add
+        self._abort_in_engine = abort
         self._finished = False
 
     def __aiter__(self) -> RequestStream:
@@ -109,7 +116,7 @@ class RequestStream:
     def _abort(self) -> None:
         if not self._finished:
             self._finished = True
-            self._engine._send(_Abort(self._add.request_id))
+            self._abort_in_engine(self._add.request_id)
 
     def __del__(self) -> None:
         self._abort()  # dropped unread (a caller that failed before iterating): free its blocks
@@ -142,7 +149,7 @@ class AsyncEngine:
         self._stall_timeout_s = stall_timeout_s
         self._inbox: list[_Command] = []
         self._cond = threading.Condition()
-        self._streams: dict[str, _Add] = {}
+        self._streams: dict[str, Add] = {}
         self._stopped = False
         self._dead: str | None = None  # why the loop ended, once it has
         self._step_started: float | None = None
@@ -194,14 +201,14 @@ class AsyncEngine:
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         times = RequestTimes(time.monotonic(), group)
         admitted = loop.create_future()
-        add = _Add(request_id, prompt_token_ids, params, media, queue, loop, admitted, times)
+        add = Add(request_id, prompt_token_ids, params, media, queue, loop, admitted, times)
         self._send(add)
         try:
             await add.admitted
         except asyncio.CancelledError:  # the caller went away while the engine took it
             self._send(_Abort(request_id))
             raise
-        return RequestStream(self, add)
+        return RequestStream(add, lambda request_id: self._send(_Abort(request_id)))
 
     async def load_lora(self, name: str, path: str) -> None:
         """Load a LoRA adapter (`LLMEngine.load_lora`) on the engine thread, between steps; the
@@ -257,10 +264,10 @@ class AsyncEngine:
                 self._inbox.append(cmd)
                 self._cond.notify()
                 return
-        if isinstance(cmd, _Add):  # nobody will take it: fail it now
-            _admit(cmd, EngineDead(self._dead))
+        if isinstance(cmd, Add):  # nobody will take it: fail it now
+            settle_admission(cmd, EngineDead(self._dead))
         elif isinstance(cmd, _Call):
-            _settle(cmd.loop, cmd.done, None, EngineDead(self._dead))
+            settle_call(cmd.loop, cmd.done, None, EngineDead(self._dead))
 
     def _deliver(self, out: RequestOutput, now: float) -> None:
         """Hand an output, from the step that ended at `now`, to its caller."""
@@ -269,11 +276,7 @@ class AsyncEngine:
             return
         if out.finished:
             del self._streams[out.request_id]
-        if self.metrics is not None:
-            self.metrics.observe_output(stream.times, out, now)
-        try:
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, out)
-        except RuntimeError:  # the caller's event loop is closed: nobody waits for this request
+        if not hand_over(stream, out, now, self.metrics):
             self._streams.pop(out.request_id, None)
             if not out.finished:
                 self.engine.abort(out.request_id)  # its KV blocks go back to the pool
@@ -288,18 +291,18 @@ class AsyncEngine:
                 try:
                     result = cmd.fn(self.engine)
                 except Exception as exc:  # the caller's error; the loop goes on
-                    _settle(cmd.loop, cmd.done, None, exc)
+                    settle_call(cmd.loop, cmd.done, None, exc)
                 else:
-                    _settle(cmd.loop, cmd.done, result, None)
+                    settle_call(cmd.loop, cmd.done, result, None)
                 continue
             try:
                 self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.media)
             except Exception as exc:  # reported to that caller only; the loop goes on
-                _admit(cmd, RequestRejected(str(exc)))
+                settle_admission(cmd, RequestRejected(str(exc)))
                 continue
             cmd.times.queued = time.monotonic()
             self._streams[cmd.request_id] = cmd
-            _admit(cmd, None)
+            settle_admission(cmd, None)
 
     def _run(self, build: Callable[[], LLMEngine]) -> None:
         try:
@@ -322,10 +325,10 @@ class AsyncEngine:
             self._dead = reason
             cmds, self._inbox = self._inbox, []
         for cmd in cmds:
-            if isinstance(cmd, _Add):
-                _admit(cmd, EngineDead(reason))
+            if isinstance(cmd, Add):
+                settle_admission(cmd, EngineDead(reason))
             elif isinstance(cmd, _Call):
-                _settle(cmd.loop, cmd.done, None, EngineDead(reason))
+                settle_call(cmd.loop, cmd.done, None, EngineDead(reason))
         now = time.monotonic()
         for rid in list(self._streams):
             stream = self._streams[rid]
@@ -361,8 +364,26 @@ class AsyncEngine:
                 self._deliver(out, now)
 
 
-def _admit(cmd: _Add, error: BaseException | None) -> None:
-    """Settle a caller's admission future from the engine thread."""
+def hand_over(add: Add, out: RequestOutput, now: float, metrics: EngineMetrics | None) -> bool:
+    """From a thread other than the caller's: record `out` (from the step that ended at `now`)
+    in `metrics` and put it on the caller's queue.
+
+    Returns:
+        False when the caller's event loop is closed: nobody waits for the request any more,
+        so its engine should abort it (which frees its KV blocks).
+    """
+    if metrics is not None:
+        metrics.observe_output(add.times, out, now)
+    try:
+        add.loop.call_soon_threadsafe(add.queue.put_nowait, out)
+    except RuntimeError:
+        return False
+    return True
+
+
+def settle_admission(cmd: Add, error: BaseException | None) -> None:
+    """Settle a caller's admission future from another thread: admitted when `error` is None,
+    else failed with it."""
 
     def settle() -> None:
         if cmd.admitted.done():  # the caller went away
@@ -375,13 +396,13 @@ def _admit(cmd: _Add, error: BaseException | None) -> None:
     cmd.loop.call_soon_threadsafe(settle)
 
 
-def _settle(
+def settle_call(
     loop: asyncio.AbstractEventLoop,
     future: asyncio.Future[object],
     result: object,
     error: BaseException | None,
 ) -> None:
-    """Settle a `_Call`'s future from the engine thread."""
+    """Settle a call's future from another thread with `result`, or with `error` if set."""
 
     def settle() -> None:
         if future.done():  # the caller went away

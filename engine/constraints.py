@@ -10,7 +10,8 @@ this CPU (mask + accept for a JSON schema over SmolLM2's 49,152-token vocabulary
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 import xgrammar as xgr
@@ -32,14 +33,45 @@ class TokenConstraint(Protocol):
 class GrammarConstraint:
     """A `TokenConstraint` backed by an xgrammar `GrammarMatcher`.
 
+    It pickles before its first token (a request on its way to an engine core process,
+    `engine.core_process`) when built with `tokenizer_info_json`: as xgrammar's JSON forms of
+    the compiled grammar (~46 KB for a small schema over SmolLM2's vocabulary) and of the
+    tokenizer info (~1.6 MB, deserialised once per receiving process).
+
     Args:
         compiled: a grammar compiled for the model's tokenizer (`xgr.CompiledGrammar`).
         vocab_size: logits width (the model's vocabulary, which may exceed the tokenizer's).
+        tokenizer_info_json: returns `compiled.tokenizer_info.serialize_json()` (the caller
+            caches it); None: the constraint does not pickle.
     """
 
-    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int) -> None:
+    def __init__(
+        self,
+        compiled: xgr.CompiledGrammar,
+        vocab_size: int,
+        tokenizer_info_json: Callable[[], str] | None = None,
+    ) -> None:
+        self._compiled = compiled
+        self._vocab_size = vocab_size
+        self._tokenizer_info_json = tokenizer_info_json
+        self._started = False
         self._matcher = xgr.GrammarMatcher(compiled)
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the JSON forms of the grammar and tokenizer info.
+
+        Raises:
+            TypeError: built without `tokenizer_info_json`, or past its first token (a matcher's
+                state does not travel).
+        """
+        if self._tokenizer_info_json is None or self._started:
+            raise TypeError("only an unstarted GrammarConstraint with tokenizer_info_json pickles")
+        grammar_json = self._compiled.serialize_json()
+        return (
+            _constraint_from_json,
+            (grammar_json, self._tokenizer_info_json(), self._vocab_size),
+        )
 
     def mask_logits(self, logits: torch.Tensor) -> None:
         """See `TokenConstraint.mask_logits`."""
@@ -52,9 +84,28 @@ class GrammarConstraint:
         Raises:
             AssertionError: the token violates the grammar (the mask makes this impossible).
         """
+        self._started = True
         accepted = self._matcher.accept_token(token_id)
         assert accepted, f"token {token_id} rejected by the grammar after masking"
 
     def is_terminated(self) -> bool:
         """See `TokenConstraint.is_terminated`."""
         return self._matcher.is_terminated()
+
+
+_TOKENIZER_INFOS: dict[str, xgr.TokenizerInfo] = {}  # JSON form -> info, in a receiving process
+_MAX_TOKENIZER_INFOS = 4
+
+
+def _constraint_from_json(
+    grammar_json: str, tokenizer_info_json: str, vocab_size: int
+) -> GrammarConstraint:
+    """Unpickle a `GrammarConstraint` (see its `__reduce__`)."""
+    info = _TOKENIZER_INFOS.get(tokenizer_info_json)
+    if info is None:
+        if len(_TOKENIZER_INFOS) >= _MAX_TOKENIZER_INFOS:
+            _TOKENIZER_INFOS.clear()
+        info = xgr.TokenizerInfo.deserialize_json(tokenizer_info_json)
+        _TOKENIZER_INFOS[tokenizer_info_json] = info
+    compiled = xgr.CompiledGrammar.deserialize_json(grammar_json, info)
+    return GrammarConstraint(compiled, vocab_size, lambda: tokenizer_info_json)

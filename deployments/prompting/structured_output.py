@@ -119,6 +119,8 @@ class GrammarFactory:
         self.vocab_size = vocab_size
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgr.GrammarCompiler(info)
+        # for constraints that travel to an engine core process (`GrammarConstraint`)
+        self._tokenizer_info_json = functools.cache(info.serialize_json)
         self._compile = functools.lru_cache(maxsize=256)(self._compile_uncached)
         self._compile_tag = functools.lru_cache(maxsize=64)(self._compiler.compile_structural_tag)
 
@@ -137,7 +139,7 @@ class GrammarFactory:
             raise OpenAIError(
                 f"unsupported JSON schema: {grammar_error(exc)}", param=param
             ) from None
-        return GrammarConstraint(compiled, self.vocab_size)
+        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info_json)
 
     def constraint(self, schema: dict[str, Any], param: str) -> GrammarConstraint:
         """A fresh per-sequence constraint for `schema`.
@@ -152,4 +154,4 @@ class GrammarFactory:
             raise OpenAIError(
                 f"unsupported JSON schema: {grammar_error(exc)}", param=param
             ) from None
-        return GrammarConstraint(compiled, self.vocab_size)
+        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info_json)

@@ -1,9 +1,11 @@
-"""Fault isolation in the engine front (`AsyncEngine`) on the real SmolLM2 engine, with faults
-injected by `tests.faulty_engine.FaultyEngine`."""
+"""Fault isolation in both engine fronts (`AsyncEngine`, the engine on a thread of the replica;
+`ProcessEngine`, the engine in a core process) on the real SmolLM2 engine, with faults injected by
+`tests.faulty_engine.FaultyEngine`."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterator
 
@@ -11,6 +13,7 @@ import pytest
 
 from configs.engine_config import EngineConfig
 from engine.async_engine import AsyncEngine, EngineDead
+from engine.process_engine import ProcessEngine
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT, FaultyEngine
@@ -18,15 +21,19 @@ from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT, FaultyEng
 PROMPT = [1, 504, 3458, 314, 260, 3777]
 
 
-def start(path: str) -> AsyncEngine:
+Front = AsyncEngine | ProcessEngine
+FRONTS = pytest.mark.parametrize("front_class", [AsyncEngine, ProcessEngine])
+
+
+def start(path: str, front_class: type[Front]) -> Front:
     config = EngineConfig(dtype="float32", max_model_len=512, num_kv_blocks=64)
-    return AsyncEngine(lambda: FaultyEngine(path, config))
+    return front_class(functools.partial(FaultyEngine, path, config))
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2_path: str) -> Iterator[AsyncEngine]:
-    """One engine for the tests that leave it serving."""
-    front = start(smollm2_path)
+@pytest.fixture(scope="module", params=[AsyncEngine, ProcessEngine])
+def engine(smollm2_path: str, request: pytest.FixtureRequest) -> Iterator[Front]:
+    """One engine per front for the tests that leave it serving."""
+    front = start(smollm2_path, request.param)
     try:
         yield front
     finally:
@@ -37,11 +44,11 @@ def params(max_tokens: int = 8, seed: int | None = None) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, seed=seed)
 
 
-async def outputs(front: AsyncEngine, rid: str, p: SamplingParams) -> list[RequestOutput]:
+async def outputs(front: Front, rid: str, p: SamplingParams) -> list[RequestOutput]:
     return [out async for out in await front.add(rid, PROMPT, p)]
 
 
-def test_one_requests_fault_fails_it_alone_and_its_batch_completes(engine: AsyncEngine) -> None:
+def test_one_requests_fault_fails_it_alone_and_its_batch_completes(engine: Front) -> None:
     async def run() -> list[list[RequestOutput]]:
         seeds = [None, REQUEST_FAULT, None, None]
         return await asyncio.gather(
@@ -59,7 +66,7 @@ def test_one_requests_fault_fails_it_alone_and_its_batch_completes(engine: Async
     assert stats.num_free_blocks == stats.num_blocks, "a failed request kept KV blocks"
 
 
-def test_a_failed_step_ends_its_requests_and_the_engine_goes_on(engine: AsyncEngine) -> None:
+def test_a_failed_step_ends_its_requests_and_the_engine_goes_on(engine: Front) -> None:
     failed = asyncio.run(outputs(engine, "bad", params(seed=STEP_FAULT)))
     assert failed[-1].error_kind == "step" and failed[-1].finish_reason == "error"
     served = asyncio.run(outputs(engine, "good", params()))
@@ -68,10 +75,11 @@ def test_a_failed_step_ends_its_requests_and_the_engine_goes_on(engine: AsyncEng
     assert stats.num_free_blocks == stats.num_blocks
 
 
+@FRONTS
 def test_a_dead_loop_fails_waiting_requests_at_once_and_refuses_new_ones(
-    smollm2_path: str,
+    smollm2_path: str, front_class: type[Front]
 ) -> None:
-    engine = start(smollm2_path)
+    engine = start(smollm2_path, front_class)
 
     async def run() -> tuple[list[list[RequestOutput]], float]:
         long_ones = [
