@@ -117,6 +117,22 @@ class ModelServer:
         )
         front = ProcessEngine if cfg.engine_process else AsyncEngine
         engine = front(build, None, cfg.engine_stall_timeout_s)
+        try:
+            self._set_up(engine, checkpoint, metrics_board, monitoring, lora_registry)
+        except BaseException:  # a replica that fails to start leaves no engine (core) behind
+            engine.shutdown()
+            raise
+
+    def _set_up(
+        self,
+        engine: AsyncEngine | ProcessEngine,
+        checkpoint: str,
+        metrics_board: DeploymentHandle | None,
+        monitoring: MonitoringConfig | dict[str, Any] | None,
+        lora_registry: DeploymentHandle | None,
+    ) -> None:
+        """Everything of the replica around its started engine (see the class's Args)."""
+        cfg = self.config
         replica_id = serve.get_replica_context().replica_id.unique_id
         self.replica_id = replica_id
         spec = cfg.engine.speculative

@@ -393,7 +393,10 @@ def settle_admission(cmd: Add, error: BaseException | None) -> None:
         else:
             cmd.admitted.set_exception(error)
 
-    cmd.loop.call_soon_threadsafe(settle)
+    try:
+        cmd.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the caller's event loop is closed
+        pass
 
 
 def settle_call(

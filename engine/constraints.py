@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import torch
 import xgrammar as xgr
 
+from engine.wire import SharedText
+
 
 class TokenConstraint(Protocol):
     """Per-sequence constraint on which tokens may come next."""
@@ -34,26 +36,27 @@ class GrammarConstraint:
     """A `TokenConstraint` backed by an xgrammar `GrammarMatcher`.
 
     It pickles before its first token (a request on its way to an engine core process,
-    `engine.core_process`) when built with `tokenizer_info_json`: as xgrammar's JSON forms of
-    the compiled grammar (~46 KB for a small schema over SmolLM2's vocabulary) and of the
-    tokenizer info (~1.6 MB, deserialised once per receiving process).
+    `engine.core_process`) when built with `tokenizer_info`: as xgrammar's JSON forms of the
+    compiled grammar (~46 KB, 2 ms, for a small schema over SmolLM2's vocabulary) and of the
+    tokenizer info (~1.6 MB: sent once per connection as an `engine.wire.SharedText`, and
+    deserialised once per receiving process).
 
     Args:
         compiled: a grammar compiled for the model's tokenizer (`xgr.CompiledGrammar`).
         vocab_size: logits width (the model's vocabulary, which may exceed the tokenizer's).
-        tokenizer_info_json: returns `compiled.tokenizer_info.serialize_json()` (the caller
-            caches it); None: the constraint does not pickle.
+        tokenizer_info: returns `compiled.tokenizer_info.serialize_json()` as a `SharedText`
+            (the caller caches it); None: the constraint does not pickle.
     """
 
     def __init__(
         self,
         compiled: xgr.CompiledGrammar,
         vocab_size: int,
-        tokenizer_info_json: Callable[[], str] | None = None,
+        tokenizer_info: Callable[[], SharedText] | None = None,
     ) -> None:
         self._compiled = compiled
         self._vocab_size = vocab_size
-        self._tokenizer_info_json = tokenizer_info_json
+        self._tokenizer_info = tokenizer_info
         self._started = False
         self._matcher = xgr.GrammarMatcher(compiled)
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
@@ -62,16 +65,13 @@ class GrammarConstraint:
         """Pickle as the JSON forms of the grammar and tokenizer info.
 
         Raises:
-            TypeError: built without `tokenizer_info_json`, or past its first token (a matcher's
+            TypeError: built without `tokenizer_info`, or past its first token (a matcher's
                 state does not travel).
         """
-        if self._tokenizer_info_json is None or self._started:
-            raise TypeError("only an unstarted GrammarConstraint with tokenizer_info_json pickles")
+        if self._tokenizer_info is None or self._started:
+            raise TypeError("only an unstarted GrammarConstraint with tokenizer_info pickles")
         grammar_json = self._compiled.serialize_json()
-        return (
-            _constraint_from_json,
-            (grammar_json, self._tokenizer_info_json(), self._vocab_size),
-        )
+        return (_constraint_from_json, (grammar_json, self._tokenizer_info(), self._vocab_size))
 
     def mask_logits(self, logits: torch.Tensor) -> None:
         """See `TokenConstraint.mask_logits`."""
@@ -93,19 +93,16 @@ class GrammarConstraint:
         return self._matcher.is_terminated()
 
 
-_TOKENIZER_INFOS: dict[str, xgr.TokenizerInfo] = {}  # JSON form -> info, in a receiving process
-_MAX_TOKENIZER_INFOS = 4
+_TOKENIZER_INFOS: dict[str, xgr.TokenizerInfo] = {}  # digest -> info, in a receiving process
 
 
 def _constraint_from_json(
-    grammar_json: str, tokenizer_info_json: str, vocab_size: int
+    grammar_json: str, tokenizer_info: SharedText, vocab_size: int
 ) -> GrammarConstraint:
     """Unpickle a `GrammarConstraint` (see its `__reduce__`)."""
-    info = _TOKENIZER_INFOS.get(tokenizer_info_json)
+    info = _TOKENIZER_INFOS.get(tokenizer_info.digest)
     if info is None:
-        if len(_TOKENIZER_INFOS) >= _MAX_TOKENIZER_INFOS:
-            _TOKENIZER_INFOS.clear()
-        info = xgr.TokenizerInfo.deserialize_json(tokenizer_info_json)
-        _TOKENIZER_INFOS[tokenizer_info_json] = info
+        info = xgr.TokenizerInfo.deserialize_json(tokenizer_info.text)
+        _TOKENIZER_INFOS[tokenizer_info.digest] = info
     compiled = xgr.CompiledGrammar.deserialize_json(grammar_json, info)
-    return GrammarConstraint(compiled, vocab_size, lambda: tokenizer_info_json)
+    return GrammarConstraint(compiled, vocab_size, lambda: tokenizer_info)

@@ -8,13 +8,14 @@ kernel. Measured on SmolLM2 on 2 cores, one thread at batch 1: 21 ms per decode 
 process, 26-28 ms on the replica's engine thread (docs/benchmarks.md).
 
 The wire is one AF_UNIX socket (`multiprocessing.connection`, authenticated), each message one
-pickled tuple (`send` / `recv`; plain pickle, so tensors travel by value and no file descriptors
-are shared).
+pickled tuple (`engine.wire`).
 
 From the replica:
 - the engine's build callable (first message; pickled by reference: an importable class and its
   arguments);
-- `("add", request_id, prompt_token_ids, params, media)`, `("abort", request_id)`;
+- `("add", request_id, payload)`: `payload` pickles `(prompt_token_ids, params, media)`, read
+  inside the request's own error handling (a request that does not unpickle is refused alone);
+- `("abort", request_id)`;
 - `("call", call_id, method, args)`: an `LLMEngine` method run between steps (LoRA load / unload);
 - `("stop",)`.
 
@@ -47,6 +48,7 @@ from typing import Any
 
 from configs.envs import log_level
 from engine.llm_engine import LLMEngine
+from engine.wire import Sender, loads, recv
 
 logger = logging.getLogger(__name__)
 
@@ -60,87 +62,104 @@ _IDLE_POLL_S = 1.0  # how often an idle core checks that its parent lives
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def send(conn: Connection, message: tuple[Any, ...]) -> None:
-    """Write one message (a pickled tuple) to `conn`.
-
-    Raises:
-        OSError: the other side is gone.
-    """
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def recv(conn: Connection) -> Any:
-    """Read one message from `conn`.
-
-    Raises:
-        EOFError: the other side closed the connection.
-        OSError: the connection broke.
-    """
-    return pickle.loads(conn.recv_bytes())
+class ReplicaGone(Exception):
+    """The connection to the replica closed or broke."""
 
 
 def portable_error(exc: BaseException) -> BaseException:
-    """`exc` if it pickles, else a `RuntimeError` with its type and message."""
+    """`exc` if it survives a pickle round trip, else a `RuntimeError` with its type and message."""
     try:
-        pickle.dumps(exc)
+        pickle.loads(pickle.dumps(exc))
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
 
 
-def serve(conn: Connection, engine: LLMEngine, parent_pid: int) -> None:
+class _Link:
+    """The core's end of the connection: connection errors become `ReplicaGone`, so that an
+    `OSError` of the engine itself is not taken for the replica's exit."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._sender = Sender()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        data = self._sender.dumps(message)
+        try:
+            self._conn.send_bytes(data)
+        except OSError as exc:
+            raise ReplicaGone(str(exc)) from exc
+
+    def recv(self) -> Any:
+        try:
+            return recv(self._conn)
+        except (EOFError, OSError) as exc:
+            raise ReplicaGone(str(exc)) from exc
+
+    def poll(self, timeout: float) -> bool:
+        try:
+            return self._conn.poll(timeout)
+        except (EOFError, OSError) as exc:
+            raise ReplicaGone(str(exc)) from exc
+
+
+def serve(link: _Link, engine: LLMEngine, parent_pid: int) -> None:
     """Apply the replica's commands between steps, and step after them and while requests
     remain.
 
     Returns on `("stop",)`, or when the parent is gone while the engine is idle.
 
     Raises:
-        EOFError, OSError: the connection to the replica broke.
+        ReplicaGone: the connection to the replica broke.
         Exception: whatever a step raised (the caller reports it as `("died", ...)`).
     """
     while True:
         if not engine.has_unfinished():
-            while not conn.poll(_IDLE_POLL_S):
+            while not link.poll(_IDLE_POLL_S):
                 if os.getppid() != parent_pid:
                     return
-        while conn.poll(0):
-            message = recv(conn)
+        while link.poll(0):
+            message = link.recv()
             if message[0] == "stop":
                 return
-            _apply(conn, engine, message)
+            _apply(link, engine, message)
         outputs = engine.step()  # also after commands alone: the stats then show what they freed
-        send(conn, ("step", time.monotonic(), engine.stats(), outputs))
+        link.send(("step", time.monotonic(), engine.stats(), outputs))
 
 
-def _apply(conn: Connection, engine: LLMEngine, message: tuple[Any, ...]) -> None:
+def _apply(link: _Link, engine: LLMEngine, message: tuple[Any, ...]) -> None:
     kind = message[0]
     if kind == "abort":
         engine.abort(message[1])
     elif kind == "add":
-        _, request_id, prompt_token_ids, params, media = message
+        _, request_id, payload = message
         try:
+            prompt_token_ids, params, media = loads(payload)
             engine.add_request(request_id, prompt_token_ids, params, media)
         except Exception as exc:  # that request's error alone; the loop goes on
-            send(conn, ("admitted", request_id, 0.0, str(exc)))
+            link.send(("admitted", request_id, 0.0, f"{exc}"))
         else:
-            send(conn, ("admitted", request_id, time.monotonic(), None))
+            link.send(("admitted", request_id, time.monotonic(), None))
     elif kind == "call":
         _, call_id, method, args = message
         if method not in CALLABLE_METHODS:
-            send(conn, ("called", call_id, None, ValueError(f"unknown engine call {method!r}")))
+            link.send(("called", call_id, None, ValueError(f"unknown engine call {method!r}")))
             return
         try:
             result = getattr(engine, method)(*args)
         except Exception as exc:  # the caller's error; the loop goes on
-            send(conn, ("called", call_id, None, portable_error(exc)))
+            link.send(("called", call_id, None, portable_error(exc)))
         else:
-            send(conn, ("called", call_id, result, None))
+            link.send(("called", call_id, result, None))
     else:
         raise ValueError(f"unknown engine core message {kind!r}")
 
 
 def _die_with_parent() -> None:
-    """Ask the kernel for SIGKILL when the parent exits (Linux); elsewhere the idle check only."""
+    """Ask the kernel for SIGKILL when the parent exits (Linux); elsewhere the idle check only.
+
+    The signal follows the thread that started this process, so `ProcessEngine` must be
+    built on a thread that lives as long as the replica (its event loop's)."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -154,7 +173,7 @@ def main(argv: list[str]) -> int:
     """Connect to the replica at `argv[0]`, build the engine it sends, and serve it.
 
     Returns:
-        The exit code: 0 after `stop` or once the parent is gone, 1 when the build or a step
+        The exit code: 0 after `stop` or once the replica is gone, 1 when the build or a step
         raised (the replica has been told why).
     """
     logging.basicConfig(level=log_level())
@@ -163,21 +182,30 @@ def main(argv: list[str]) -> int:
     if os.getppid() != parent_pid:  # the parent died before the request above took hold
         return 0
     conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ.pop(AUTHKEY_ENV)))
-    build: Callable[[], LLMEngine] = recv(conn)
+    link = _Link(conn)
     try:
+        build: Callable[[], LLMEngine] = link.recv()
         engine = build()
+    except ReplicaGone:
+        return 0
     except BaseException as exc:
         logger.exception("engine core: the engine failed to build")
-        send(conn, ("build_error", portable_error(exc)))
+        try:
+            link.send(("build_error", portable_error(exc)))
+        except ReplicaGone:
+            pass
         return 1
-    send(conn, ("built", engine.max_model_len, engine.vocab_size, engine.stats()))
     try:
-        serve(conn, engine, parent_pid)
-    except (EOFError, OSError):  # the replica is gone
+        link.send(("built", engine.max_model_len, engine.vocab_size, engine.stats()))
+        serve(link, engine, parent_pid)
+    except ReplicaGone:
         return 0
     except BaseException as exc:
         logger.exception("engine core: the engine loop died")
-        send(conn, ("died", f"the engine loop died: {exc}"))
+        try:
+            link.send(("died", f"the engine loop died: {exc}"))
+        except ReplicaGone:
+            pass
         return 1
     finally:
         engine.shutdown()

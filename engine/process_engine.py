@@ -39,13 +39,14 @@ from engine.async_engine import (
     settle_admission,
     settle_call,
 )
-from engine.core_process import AUTHKEY_ENV, recv, send
+from engine.core_process import AUTHKEY_ENV
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.request_stats import RequestTimes, SampleGroup
 from engine.sampling_params import SamplingParams
+from engine.wire import Sender, recv
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,10 @@ class ProcessEngine:
         self.metrics = metrics
         self._stall_timeout_s = stall_timeout_s
         self._lock = threading.RLock()  # the maps below and `_dead` (re-entered from `__del__`)
-        self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._sender = Sender()
+        self._send_lock = threading.RLock()  # pickle and queue in one order (see `_send`)
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._waiting_since: float | None = None  # first message sent since the core last spoke
         self._pending: dict[str, Add] = {}  # sent, not yet admitted
         self._streams: dict[str, Add] = {}  # admitted, not finished
         self._calls: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]] = {}
@@ -88,7 +92,7 @@ class ProcessEngine:
         self._dir = tempfile.mkdtemp(prefix="ascend-router-core-")
         self._proc, self._conn = self._start(os.path.join(self._dir, "core.sock"))
         try:
-            send(self._conn, build)
+            self._conn.send_bytes(self._sender.dumps(build))
             reply = recv(self._conn)
         except (EOFError, OSError):
             reply = ("build_error", RuntimeError(self._exit_reason()))
@@ -180,7 +184,13 @@ class ProcessEngine:
                 self._pending[request_id] = add
         if dead is not None:
             raise EngineDead(dead)
-        self._send(("add", request_id, prompt_token_ids, params, media))
+        try:
+            payload = self._sender.dumps((prompt_token_ids, params, media))
+        except Exception as exc:  # a constraint that cannot travel, say: this request alone
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise RequestRejected(f"the request cannot be sent to the engine core: {exc}") from exc
+        self._send(("add", request_id, payload))
         try:
             await add.admitted
         except asyncio.CancelledError:  # the caller went away while the engine took it
@@ -229,15 +239,20 @@ class ProcessEngine:
             return self._dead
         if self._proc.poll() is not None:
             return self._exit_reason()
-        silent = time.monotonic() - self._last_heard
-        if self._streams and silent > self._stall_timeout_s:
+        running = bool(self._streams)  # read before the times: the reader sets them first
+        waiting_since, last_heard = self._waiting_since, self._last_heard
+        now = time.monotonic()
+        stalled = running and now - last_heard > self._stall_timeout_s
+        if waiting_since is not None and now - waiting_since > self._stall_timeout_s:
+            stalled = True  # commands unanswered, even with no request left running
+        if stalled:
             return f"the engine core has sent nothing for over {self._stall_timeout_s} s"
         return None
 
     def shutdown(self) -> None:
         """Stop the core process (outstanding requests end with finish reason `abort`)."""
         self._stopping = True
-        self._send(("stop",))
+        self._outbox.put(self._sender.dumps(("stop",)))
         self._outbox.put(None)
         try:
             self._proc.wait(_STOP_WAIT_S)
@@ -259,17 +274,26 @@ class ProcessEngine:
         return f"the engine core process exited with code {self._proc.poll()}"
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        """Queue a message for the core. Safe from any thread and from `__del__` (a stream
-        dropped unread aborts its request): the writer thread alone writes to the socket."""
-        self._outbox.put(message)
+        """Pickle a message and queue it for the core. Safe from any thread and from `__del__`
+        (a stream dropped unread aborts its request): the writer thread alone writes to the
+        socket, in the order messages were pickled (`engine.wire.Sender`).
+
+        Raises:
+            Exception: the message does not pickle (`add` pickles its payload first).
+        """
+        with self._send_lock:
+            data = self._sender.dumps(message)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
+            self._outbox.put(data)
 
     def _write(self) -> None:
         """The writer thread: send queued messages in order until `shutdown` (a broken
         connection is the reader's to report: it sees EOF)."""
-        while (message := self._outbox.get()) is not None:
+        while (data := self._outbox.get()) is not None:
             try:
-                send(self._conn, message)
-            except OSError:
+                self._conn.send_bytes(data)
+            except Exception:  # closed or broken: the reader reports it
                 pass
 
     def _abort(self, request_id: str) -> None:
@@ -287,12 +311,18 @@ class ProcessEngine:
             while reason is None:
                 message = recv(self._conn)
                 self._last_heard = time.monotonic()
+                self._waiting_since = None
                 reason = self._dispatch(message)
         except (EOFError, OSError):
             self._proc.poll()
             reason = "the engine was shut down" if self._stopping else self._exit_reason()
-        if not self._stopping:
+        except Exception as exc:  # a message that does not unpickle: the wire cannot be trusted
+            logger.exception("engine core: reading its messages failed")
+            reason = f"the engine core's messages could not be read: {exc}"
+        if reason != "the engine was shut down":
             logger.error("engine core: %s", reason)
+            self._proc.kill()
+            self._proc.wait()
         self._end_all(reason)
 
     def _dispatch(self, message: tuple[Any, ...]) -> str | None:

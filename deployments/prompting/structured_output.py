@@ -27,6 +27,7 @@ from deployments.protocol.errors import OpenAIError
 from deployments.protocol.tools import ToolChoice, ToolDefinition
 from deployments.toolcalls.registry import NATIVE_TOOL_FORMATS
 from engine.constraints import GrammarConstraint
+from engine.wire import SharedText
 
 _NATIVE_MAX_WHITESPACE = 1
 """Whitespace characters allowed between DSML tags: the format writes one newline, and a
@@ -120,7 +121,7 @@ class GrammarFactory:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgr.GrammarCompiler(info)
         # for constraints that travel to an engine core process (`GrammarConstraint`)
-        self._tokenizer_info_json = functools.cache(info.serialize_json)
+        self._tokenizer_info = functools.cache(lambda: SharedText(info.serialize_json()))
         self._compile = functools.lru_cache(maxsize=256)(self._compile_uncached)
         self._compile_tag = functools.lru_cache(maxsize=64)(self._compiler.compile_structural_tag)
 
@@ -139,7 +140,7 @@ class GrammarFactory:
             raise OpenAIError(
                 f"unsupported JSON schema: {grammar_error(exc)}", param=param
             ) from None
-        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info_json)
+        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info)
 
     def constraint(self, schema: dict[str, Any], param: str) -> GrammarConstraint:
         """A fresh per-sequence constraint for `schema`.
@@ -154,4 +155,4 @@ class GrammarFactory:
             raise OpenAIError(
                 f"unsupported JSON schema: {grammar_error(exc)}", param=param
             ) from None
-        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info_json)
+        return GrammarConstraint(compiled, self.vocab_size, self._tokenizer_info)

@@ -13,8 +13,8 @@ import pytest
 
 from configs.engine_config import EngineConfig
 from engine.async_engine import AsyncEngine, EngineDead
-from engine.process_engine import ProcessEngine
 from engine.outputs import RequestOutput
+from engine.process_engine import ProcessEngine
 from engine.sampling_params import SamplingParams
 from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT, FaultyEngine
 

@@ -18,7 +18,8 @@ import pytest
 
 from configs.engine_config import EngineConfig
 from deployments.prompting.structured_output import GrammarFactory
-from engine.async_engine import EngineDead
+from engine.async_engine import EngineDead, RequestRejected
+from engine.constraints import GrammarConstraint
 from engine.llm_engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.process_engine import ProcessEngine
@@ -84,6 +85,18 @@ def test_a_grammar_constraint_crosses_to_the_core(front: ProcessEngine, tokenize
     answer = json.loads(tokenizer.decode(tokens(outs), skip_special_tokens=True))
     assert set(answer) == {"city"} and isinstance(answer["city"], str)
     assert outs[-1].finish_reason == "stop"
+
+
+def test_a_request_that_cannot_travel_is_refused_alone(
+    front: ProcessEngine, tokenizer: Any
+) -> None:
+    compiled = GrammarFactory(tokenizer, front.vocab_size)._compile('{"type": "object"}')
+    local_only = GrammarConstraint(compiled, front.vocab_size)  # no tokenizer info: stays here
+    params = SamplingParams(max_tokens=8, temperature=0.0, constraint=local_only)
+    with pytest.raises(RequestRejected, match="engine core"):
+        asyncio.run(outputs(front, "local", PROMPTS[0], params))
+    assert front.alive()
+    assert len(tokens(asyncio.run(outputs(front, "after", PROMPTS[0], greedy(4))))) == 4
 
 
 def test_a_closed_stream_frees_its_blocks_in_the_core(front: ProcessEngine) -> None:
