@@ -86,6 +86,19 @@ SHAPE = {
             },
             "kv_cache_dtype=int8 is not supported for DeepSeek-V4",
         ),
+        (
+            {
+                "models": [
+                    {
+                        "model_id": "a",
+                        "source": {"path": "/x"},
+                        "tensor_parallel_size": 2,
+                        "engine_process": True,
+                    }
+                ]
+            },
+            "engine_process runs one-rank replicas only, but this one has 2 ranks",
+        ),
     ],
     ids=[
         "no-models",
@@ -94,6 +107,7 @@ SHAPE = {
         "unknown-engine-field",
         "partition-vs-shape",
         "v4-8bit-kv",
+        "engine-process-on-two-ranks",
     ],
 )
 def test_bad_config_names_the_problem(args: dict, message: str) -> None:
