@@ -2,9 +2,10 @@
 
 The handlers (`deployments.handlers`), the replica's LoRA glue and the Serve deployment
 (`deployments.server`) are written against `EngineClient`, never against a concrete engine.
-`engine.async_engine.AsyncEngine` satisfies it structurally (the replica's engine, driving
-`LLMEngine` on its own thread); a unit test passes a scripted client that yields
-`RequestOutput`s without a model or Ray (`tests/deployments/scripted_client.py`).
+`engine.async_engine.AsyncEngine` (driving `LLMEngine` on a thread of the replica) and
+`engine.process_engine.ProcessEngine` (driving it in a child process, `engine_process: true`)
+satisfy it structurally; a unit test passes a scripted client that yields `RequestOutput`s without
+a model or Ray (`tests/deployments/scripted_client.py`).
 """
 
 from __future__ import annotations
