@@ -22,7 +22,7 @@ PROMPT = [1, 504, 3458, 314, 260, 3777]
 
 
 Front = AsyncEngine | ProcessEngine
-FRONTS = pytest.mark.parametrize("front_class", [AsyncEngine, ProcessEngine])
+FRONT_CLASSES = [AsyncEngine, ProcessEngine]
 
 
 def start(path: str, front_class: type[Front]) -> Front:
@@ -30,7 +30,7 @@ def start(path: str, front_class: type[Front]) -> Front:
     return front_class(functools.partial(FaultyEngine, path, config))
 
 
-@pytest.fixture(scope="module", params=[AsyncEngine, ProcessEngine])
+@pytest.fixture(scope="module", params=FRONT_CLASSES)
 def engine(smollm2_path: str, request: pytest.FixtureRequest) -> Iterator[Front]:
     """One engine per front for the tests that leave it serving."""
     front = start(smollm2_path, request.param)
@@ -75,7 +75,7 @@ def test_a_failed_step_ends_its_requests_and_the_engine_goes_on(engine: Front) -
     assert stats.num_free_blocks == stats.num_blocks
 
 
-@FRONTS
+@pytest.mark.parametrize("front_class", FRONT_CLASSES)
 def test_a_dead_loop_fails_waiting_requests_at_once_and_refuses_new_ones(
     smollm2_path: str, front_class: type[Front]
 ) -> None:
