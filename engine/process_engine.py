@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 _STOP_WAIT_S = 10.0  # how long `shutdown` waits for the core to exit before killing it
 _CONNECT_POLL_S = 0.5
+_REAP_WAIT_S = 2.0  # how long a core whose connection ended may take to exit
 
 
 class ProcessEngine:
@@ -313,17 +314,26 @@ class ProcessEngine:
                 self._last_heard = time.monotonic()
                 self._waiting_since = None
                 reason = self._dispatch(message)
-        except (EOFError, OSError):
-            self._proc.poll()
-            reason = "the engine was shut down" if self._stopping else self._exit_reason()
+        except (EOFError, OSError):  # the core exited, or was stopped: its exit code says which
+            pass
         except Exception as exc:  # a message that does not unpickle: the wire cannot be trusted
             logger.exception("engine core: reading its messages failed")
             reason = f"the engine core's messages could not be read: {exc}"
-        if reason != "the engine was shut down":
+        if reason is None and self._stopping:
+            reason = "the engine was shut down"
+        else:
+            self._reap()  # its socket closes before it is reaped: wait for the exit code
+            reason = reason or self._exit_reason()
             logger.error("engine core: %s", reason)
+        self._end_all(reason)
+
+    def _reap(self) -> None:
+        """Wait for the core to exit (briefly), killing it if it has not."""
+        try:
+            self._proc.wait(_REAP_WAIT_S)
+        except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._end_all(reason)
 
     def _dispatch(self, message: tuple[Any, ...]) -> str | None:
         """Apply one message from the core; return why the core died, if it says so."""
