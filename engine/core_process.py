@@ -5,7 +5,8 @@ Run as `python -m engine.core_process ADDRESS PARENT_PID` by `engine.process_eng
 splits its server the same way (`EngineCore` in its own process, fed over a socket), for the same
 reason: a step that shares a process with the serving threads waits for their GIL after each
 kernel. Measured on SmolLM2 on 2 cores, one thread at batch 1: 21 ms per decode step in a plain
-process, 26-28 ms on the replica's engine thread (docs/benchmarks.md).
+process, 26-28 ms on the replica's engine thread; served from a core process, TPOT was 0.83x the
+thread front's at one stream and 0.69x at 16, interleaved in one run (docs/benchmarks.md).
 
 The wire is one AF_UNIX socket (`multiprocessing.connection`, authenticated), each message one
 pickled tuple (`engine.wire`).
