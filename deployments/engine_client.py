@@ -82,8 +82,8 @@ class EngineClient(Protocol):
                 for a text prompt.
 
         Raises:
-            engine.async_engine.EngineDead: the engine loop is not running.
-            engine.async_engine.RequestRejected: the engine refused the request.
+            engine.request_stream.EngineDead: the engine loop is not running.
+            engine.request_stream.RequestRejected: the engine refused the request.
         """
         ...
 

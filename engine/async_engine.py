@@ -33,32 +33,17 @@ from engine.metrics import EngineMetrics
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.request_stats import RequestTimes, SampleGroup
+from engine.request_stream import (
+    Add,
+    EngineDead,
+    RequestRejected,
+    RequestStream,
+    hand_over,
+    settle,
+)
 from engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
-
-
-class EngineDead(RuntimeError):
-    """The engine loop is not running (it raised, or the engine was shut down)."""
-
-
-class RequestRejected(ValueError):
-    """The engine refused a request when it was queued (`LLMEngine.add_request` raised)."""
-
-
-@dataclass(frozen=True)
-class Add:
-    """One request as queued, as its caller waits on it: where its outputs go (`queue` on
-    `loop`), its admission (`admitted`) and its timing record for the metrics."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    media: tuple[MediaItem, ...]
-    queue: asyncio.Queue[RequestOutput]
-    loop: asyncio.AbstractEventLoop
-    admitted: asyncio.Future[None]
-    times: RequestTimes
 
 
 @dataclass(frozen=True)
@@ -77,49 +62,6 @@ class _Call:
 
 
 _Command = Add | _Abort | _Call
-
-
-class RequestStream:
-    """The outputs of one queued request, until it finishes.
-
-    Closing it before the last output (`aclose`: client gone, task cancelled) aborts the request
-    in the engine, which frees its KV blocks before the next step.
-
-    Args:
-        add: the request as queued (its output queue, admission and timing records).
-        abort: called with the request id to abort the request in its engine.
-    """
-
-    def __init__(self, add: Add, abort: Callable[[str], None]) -> None:
-        self._add = add
-        self._abort_in_engine = abort
-        self._finished = False
-
-    def __aiter__(self) -> RequestStream:
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if self._finished:
-            raise StopAsyncIteration
-        try:
-            out = await self._add.queue.get()
-        except BaseException:
-            await self.aclose()
-            raise
-        self._finished = out.finished
-        return out
-
-    async def aclose(self) -> None:
-        """Abort the request unless it has finished."""
-        self._abort()
-
-    def _abort(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._abort_in_engine(self._add.request_id)
-
-    def __del__(self) -> None:
-        self._abort()  # dropped unread (a caller that failed before iterating): free its blocks
 
 
 class AsyncEngine:
@@ -265,9 +207,9 @@ class AsyncEngine:
                 self._cond.notify()
                 return
         if isinstance(cmd, Add):  # nobody will take it: fail it now
-            settle_admission(cmd, EngineDead(self._dead))
+            settle(cmd.loop, cmd.admitted, None, EngineDead(self._dead))
         elif isinstance(cmd, _Call):
-            settle_call(cmd.loop, cmd.done, None, EngineDead(self._dead))
+            settle(cmd.loop, cmd.done, None, EngineDead(self._dead))
 
     def _deliver(self, out: RequestOutput, now: float) -> None:
         """Hand an output, from the step that ended at `now`, to its caller."""
@@ -291,18 +233,18 @@ class AsyncEngine:
                 try:
                     result = cmd.fn(self.engine)
                 except Exception as exc:  # the caller's error; the loop goes on
-                    settle_call(cmd.loop, cmd.done, None, exc)
+                    settle(cmd.loop, cmd.done, None, exc)
                 else:
-                    settle_call(cmd.loop, cmd.done, result, None)
+                    settle(cmd.loop, cmd.done, result, None)
                 continue
             try:
                 self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.media)
             except Exception as exc:  # reported to that caller only; the loop goes on
-                settle_admission(cmd, RequestRejected(str(exc)))
+                settle(cmd.loop, cmd.admitted, None, RequestRejected(str(exc)))
                 continue
             cmd.times.queued = time.monotonic()
             self._streams[cmd.request_id] = cmd
-            settle_admission(cmd, None)
+            settle(cmd.loop, cmd.admitted, None, None)
 
     def _run(self, build: Callable[[], LLMEngine]) -> None:
         try:
@@ -326,9 +268,9 @@ class AsyncEngine:
             cmds, self._inbox = self._inbox, []
         for cmd in cmds:
             if isinstance(cmd, Add):
-                settle_admission(cmd, EngineDead(reason))
+                settle(cmd.loop, cmd.admitted, None, EngineDead(reason))
             elif isinstance(cmd, _Call):
-                settle_call(cmd.loop, cmd.done, None, EngineDead(reason))
+                settle(cmd.loop, cmd.done, None, EngineDead(reason))
         now = time.monotonic()
         for rid in list(self._streams):
             stream = self._streams[rid]
@@ -362,60 +304,3 @@ class AsyncEngine:
                 self.metrics.observe_step(self._stats)
             for out in outputs:
                 self._deliver(out, now)
-
-
-def hand_over(add: Add, out: RequestOutput, now: float, metrics: EngineMetrics | None) -> bool:
-    """From a thread other than the caller's: record `out` (from the step that ended at `now`)
-    in `metrics` and put it on the caller's queue.
-
-    Returns:
-        False when the caller's event loop is closed: nobody waits for the request any more,
-        so its engine should abort it (which frees its KV blocks).
-    """
-    if metrics is not None:
-        metrics.observe_output(add.times, out, now)
-    try:
-        add.loop.call_soon_threadsafe(add.queue.put_nowait, out)
-    except RuntimeError:
-        return False
-    return True
-
-
-def settle_admission(cmd: Add, error: BaseException | None) -> None:
-    """Settle a caller's admission future from another thread: admitted when `error` is None,
-    else failed with it."""
-
-    def settle() -> None:
-        if cmd.admitted.done():  # the caller went away
-            return
-        if error is None:
-            cmd.admitted.set_result(None)
-        else:
-            cmd.admitted.set_exception(error)
-
-    try:
-        cmd.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's event loop is closed
-        pass
-
-
-def settle_call(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[object],
-    result: object,
-    error: BaseException | None,
-) -> None:
-    """Settle a call's future from another thread with `result`, or with `error` if set."""
-
-    def settle() -> None:
-        if future.done():  # the caller went away
-            return
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-
-    try:
-        loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's event loop is closed
-        pass

@@ -30,21 +30,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from engine.async_engine import (
-    Add,
-    EngineDead,
-    RequestRejected,
-    RequestStream,
-    hand_over,
-    settle_admission,
-    settle_call,
-)
 from engine.core_process import AUTHKEY_ENV
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.metrics import EngineMetrics
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput
 from engine.request_stats import RequestTimes, SampleGroup
+from engine.request_stream import Add, EngineDead, RequestRejected, RequestStream, hand_over, settle
 from engine.sampling_params import SamplingParams
 from engine.wire import Sender, recv
 
@@ -353,13 +345,15 @@ class ProcessEngine:
                     self._streams[request_id] = add
             if add is not None:
                 add.times.queued = queued_at
-                settle_admission(add, None if error is None else RequestRejected(error))
+                settle(
+                    add.loop, add.admitted, None, None if error is None else RequestRejected(error)
+                )
         elif kind == "called":
             _, call_id, result, error = message
             with self._lock:
                 call = self._calls.pop(call_id, None)
             if call is not None:
-                settle_call(call[0], call[1], result, error)
+                settle(call[0], call[1], result, error)
         elif kind == "died":
             return str(message[1])
         return None
@@ -381,9 +375,9 @@ class ProcessEngine:
             streams, self._streams = self._streams, {}
             calls, self._calls = self._calls, {}
         for add in pending.values():
-            settle_admission(add, EngineDead(reason))
+            settle(add.loop, add.admitted, None, EngineDead(reason))
         for loop, done in calls.values():
-            settle_call(loop, done, None, EngineDead(reason))
+            settle(loop, done, None, EngineDead(reason))
         now = time.monotonic()
         for request_id, add in streams.items():
             n = len(add.prompt_token_ids)

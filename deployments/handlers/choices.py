@@ -21,10 +21,10 @@ from deployments.protocol.request_id import current_request_id
 from deployments.streaming.detokenizer import IncrementalDetokenizer
 from deployments.streaming.stop_strings import StopStringMatcher
 from deployments.streaming.token_timing import TokenTiming
-from engine.async_engine import EngineDead
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.request_stats import SampleGroup
+from engine.request_stream import EngineDead
 from engine.sampling_params import SamplingParams
 
 

@@ -18,11 +18,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.async_engine import EngineDead, RequestRejected
 from engine.llm_engine import EngineStats
 from engine.multimodal.inputs import MediaItem
 from engine.outputs import ErrorKind, RequestOutput, TokenLogprob
 from engine.request_stats import SampleGroup
+from engine.request_stream import EngineDead, RequestRejected
 from engine.sampling_params import SamplingParams
 
 LOGPROB = -0.25

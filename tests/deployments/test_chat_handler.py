@@ -18,7 +18,7 @@ from deployments.prompting.structured_output import GrammarFactory
 from deployments.protocol.errors import OpenAIError
 from deployments.protocol.requests import ChatCompletionRequest
 from deployments.protocol.responses import ChatCompletionChunk
-from engine.async_engine import RequestRejected
+from engine.request_stream import RequestRejected
 
 T = TypeVar("T")
 

@@ -149,7 +149,8 @@ def assert_dead_rank_stops_the_engine(engine: Callable[[], LLMEngine], reason: s
     """
     import ray
 
-    from engine.async_engine import AsyncEngine, EngineDead
+    from engine.async_engine import AsyncEngine
+    from engine.request_stream import EngineDead
 
     front = AsyncEngine(engine)
     try:

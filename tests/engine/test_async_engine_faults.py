@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from configs.engine_config import EngineConfig
-from engine.async_engine import AsyncEngine, EngineDead
+from engine.async_engine import AsyncEngine
 from engine.outputs import RequestOutput
 from engine.process_engine import ProcessEngine
+from engine.request_stream import EngineDead
 from engine.sampling_params import SamplingParams
 from tests.faulty_engine import LOOP_FAULT, REQUEST_FAULT, STEP_FAULT, FaultyEngine
 

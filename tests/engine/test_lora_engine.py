@@ -18,9 +18,10 @@ from engine_helpers import greedy, run_to_completion
 from lora_helpers import lora_engine, run_one
 
 from configs.engine_config import EngineConfig
-from engine.async_engine import AsyncEngine, RequestRejected
+from engine.async_engine import AsyncEngine
 from engine.graph_capture import wait_for_decode_graphs
 from engine.llm_engine import LLMEngine
+from engine.request_stream import RequestRejected
 from fixtures.tiny_adapters import TinyLoraSpec, load_base, write_adapter
 from fixtures.tiny_checkpoints import SMALL_VOCAB, make_tiny_checkpoint
 

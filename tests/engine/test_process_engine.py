@@ -18,11 +18,11 @@ import pytest
 
 from configs.engine_config import EngineConfig
 from deployments.prompting.structured_output import GrammarFactory
-from engine.async_engine import EngineDead, RequestRejected
 from engine.constraints import GrammarConstraint
 from engine.llm_engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.process_engine import ProcessEngine
+from engine.request_stream import EngineDead, RequestRejected
 from engine.sampling_params import SamplingParams
 
 CONFIG = EngineConfig(dtype="float32", max_model_len=512, num_kv_blocks=64)
