@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixes", type=int, nargs="+", default=[0, 1, 4, 8], help="adapters per mix")
     p.add_argument("--concurrency", type=int, default=16, help="requests in flight")
     p.add_argument("--rounds", type=int, default=2, help="requests per mix: concurrency x this")
-    p.add_argument("--repeats", type=int, default=2, help="passes over the mixes; best kept")
+    p.add_argument("--repeats", type=int, default=3, help="passes over the mixes; best kept")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--rank", type=int, default=8, help="rank of every adapter")

@@ -1,7 +1,9 @@
 """LoRA updates that give each row the same bits whatever shares its step (`batch_invariant`).
 
-The default path (op `grouped_lora`) stacks the step's adapters along the rank and runs two
-GEMMs over all of the step's rows, and a GEMM's summation order is the library's choice, made
+Used where op `grouped_lora` is not our CPU kernel (which is batch invariant by its own order of
+arithmetic, `npu_ops/cpu_kernels/grouped_lora.cpp`, and serves both settings). The reference
+stacks the step's adapters along the rank and runs two GEMMs over all of the step's rows, and a
+GEMM's summation order is the library's choice, made
 from the shapes and the thread count. Measured on this CPU build (torch 2.13, MKL 2024.2), fp32:
 a row of `x @ A` differs in its last bits between a one-row call (torch's GEMV) and a call of
 two or more rows, and with `in` = 1536 (SmolLM2's down_proj) between one and two threads

@@ -13,6 +13,7 @@ from engine.lora.batch import LoraBatch
 from engine.lora.invariant import add_rows_update
 from engine.parallel.layers import RowParallelLinear
 from npu_ops.ops import active_ops
+from npu_ops.ops.cpu_lora import KERNEL_DTYPES
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,16 @@ class LoraSlice:
 
 class LoraLinear(nn.Module):
     """`base(x)` plus, for each row under an adapter, that adapter's update on every slice it
-    targets: two GEMMs per step through op `grouped_lora`, whatever the step's adapters and
-    slices (S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023).
+    targets: one op `grouped_lora` call per step, whatever the step's adapters and slices
+    (S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023).
 
-    Per adapter the slices' weights are held as one `A` `[R_a, in]` (its slices' A stacked) and
-    one `B` `[out, R_a]` (each slice's B in its own output rows, zero elsewhere; the scaling
-    folded in). A step stacks the `A`s and `B`s of its adapters (`LoraBatch.lora_ids`) along
-    the rank, cached until the step's adapters or the layer's weights change, so steady decode
-    builds nothing (the cache is one more copy of those adapters' weights).
+    Per adapter the slices' weights are held as one `A` `[R_a, in]` (its slices' A stacked), one
+    `B^T` `[R_a, out]` (each slice's B, transposed, in its own output columns, zero elsewhere;
+    the scaling folded in) and each rank column's output span `[R_a, 2]`. A step stacks those
+    of its adapters (`LoraBatch.lora_ids`) along the rank, cached until the step's adapters or
+    the layer's weights change, so steady decode builds nothing (the cache is one more copy of
+    those adapters' weights). On CPUs the weights stay in the model's dtype where the `cpu`
+    kernel runs (`npu_ops.ops.cpu_lora`, which reads bfloat16 as float32), else in float32.
 
     Without a LoRA request in the step (`ForwardContext.lora` None) it is `base(x)` alone, so
     base-model steps, and graph-mode steps (which never carry LoRA rows), pay one attribute
@@ -50,9 +53,11 @@ class LoraLinear(nn.Module):
     input columns is added to the base's partial sum before its all-reduce, which then sums
     both.
 
-    With `batch_invariant` each adapter's rows are computed apart, by elementwise operations
-    whose order does not depend on the step (`engine.lora.invariant`), so a row's result does
-    not depend on which rows and adapters share its step; slower than the two GEMMs.
+    With `batch_invariant` a row's result must not depend on which rows and adapters share its
+    step. The `cpu` kernel computes each row in an order fixed by its own adapter, so it serves
+    both settings; elsewhere (the reference's two GEMMs, NPU) each adapter's rows are computed
+    apart, by elementwise operations whose order does not depend on the step
+    (`engine.lora.invariant`), slower than the GEMMs.
 
     Args:
         base: the layer wrapped, called as `base(x)`: `[..., in]` -> `[..., out]`.
@@ -75,10 +80,14 @@ class LoraLinear(nn.Module):
         self.out_features = sum(s.size for s in slices)
         self.slices = slices
         self.sizes = getattr(base, "sizes", None)  # MergedProjection's split, read by callers
-        self._weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._weights: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._stack_key: tuple[int, ...] | None = None
-        self._stack: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._stack: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._ops = active_ops()
+        self._kernel = self._ops.impl_name("grouped_lora") == "cpu"
+        self._widened_on_cpu = {torch.float16, torch.bfloat16} - (
+            set(KERNEL_DTYPES) if self._kernel else set()
+        )
 
     def set_adapter(self, lora_id: int, weights: tuple[LoraWeights | None, ...]) -> None:
         """Hold an adapter's weights per slice (None: the adapter does not target it)."""
@@ -88,17 +97,17 @@ class LoraLinear(nn.Module):
         if not parts:
             return
         a = torch.cat([w.a for _, w in parts])
-        b = a.new_zeros(self.out_features, a.shape[0])
+        bt = a.new_zeros(a.shape[0], self.out_features)
+        spans = torch.empty(a.shape[0], 2, dtype=torch.int64)
         col = 0
         for s, w in parts:
-            b[s.start : s.start + s.size, col : col + w.a.shape[0]] = w.b
-            col += w.a.shape[0]
-        if a.device.type == "cpu" and a.dtype in (torch.bfloat16, torch.float16):
-            a, b = a.float(), b.float()  # small 16-bit GEMMs are 2-3x slower on CPUs
-        if self.batch_invariant:
-            self._weights[lora_id] = (a.contiguous(), b.contiguous())  # [r, in], [out, r]
-        else:
-            self._weights[lora_id] = (a.t().contiguous(), b.t().contiguous())  # [in, r], [r, out]
+            rank = w.a.shape[0]
+            bt[col : col + rank, s.start : s.start + s.size] = w.b.t()
+            spans[col : col + rank] = torch.tensor([s.start, s.start + s.size])
+            col += rank
+        if a.device.type == "cpu" and a.dtype in self._widened_on_cpu:
+            a, bt = a.float(), bt.float()  # small 16-bit GEMMs are 2-3x slower on CPUs
+        self._weights[lora_id] = (a.contiguous(), bt.contiguous(), spans.to(a.device))
 
     def remove_adapter(self, lora_id: int) -> None:
         """Forget an adapter (no-op if not held)."""
@@ -117,29 +126,32 @@ class LoraLinear(nn.Module):
 
     def _stacked(
         self, lora_ids: tuple[int, ...]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """`A^T` `[in, R]`, `B^T` `[R, out]` and each rank column's adapter id `[R]` of the
-        step's adapters that target this layer (None: none does)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """`A` `[R, in]`, `B^T` `[R, out]`, each rank column's adapter id `[R]` and output span
+        `[R, 2]` of the step's adapters that target this layer (None: none does)."""
         if lora_ids != self._stack_key:
             held = [(i, self._weights[i]) for i in lora_ids if i in self._weights]
             self._stack_key, self._stack = lora_ids, None
             if held:
-                a = torch.cat([ab[0] for _, ab in held], dim=1)
-                b = torch.cat([ab[1] for _, ab in held])
-                cols = [torch.full((ab[0].shape[1],), i, dtype=torch.int64) for i, ab in held]
-                self._stack = (a, b, torch.cat(cols).to(a.device))
+                a = torch.cat([w[0] for _, w in held])
+                bt = torch.cat([w[1] for _, w in held])
+                cols = [torch.full((w[0].shape[0],), i, dtype=torch.int64) for i, w in held]
+                spans = torch.cat([w[2] for _, w in held])
+                self._stack = (a, bt, torch.cat(cols).to(a.device), spans)
         return self._stack
 
     def _add_updates(self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch) -> torch.Tensor:
-        if self.batch_invariant:
+        if self.batch_invariant and not self._kernel:
             return self._add_updates_by_adapter(y, x, batch)
         stack = self._stacked(batch.lora_ids)
         if stack is None:
             return y
-        a, b, cols = stack
+        a, bt, cols, spans = stack
         flat_x = x.reshape(-1, self.in_features)
         flat_y = y.reshape(-1, self.out_features)
-        return self._ops.grouped_lora(flat_y, flat_x, a, b, batch.row_ids, cols).view(y.shape)
+        return self._ops.grouped_lora(flat_y, flat_x, a, bt, batch.row_ids, cols, spans).view(
+            y.shape
+        )
 
     def _add_updates_by_adapter(
         self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch
@@ -153,7 +165,8 @@ class LoraLinear(nn.Module):
                 continue
             if out is flat_y:
                 out = flat_y.clone()
-            add_rows_update(out, flat_y, flat_x, rows, *weights)
+            a, bt, _ = weights
+            add_rows_update(out, flat_y, flat_x, rows, a, bt.t())
         return out.view(y.shape)
 
     def extra_repr(self) -> str:

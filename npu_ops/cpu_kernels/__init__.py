@@ -15,6 +15,9 @@
 - `paged_decode_attention.cpp` registers `torch.ops.ascend_router.paged_decode_attention`, the
   `cpu` implementation of the registry op of that name: it reads K/V in place through the
   block table instead of gathering every sequence's context into a new tensor per layer.
+- `grouped_lora.cpp` registers `torch.ops.ascend_router.grouped_lora`, the `cpu` implementation
+  of the registry op of that name (`npu_ops.ops.cpu_lora`): each row's LoRA update against its
+  own adapter only, each adapter's weights read once per call (SGMV order).
 
 Compilation needs a C++ compiler and `ninja` and takes ~25 s per kernel once per host (setup.sh
 does it: `python -m npu_ops.cpu_kernels`); the result is cached by torch (`TORCH_EXTENSIONS_DIR`,
@@ -72,7 +75,8 @@ INT4_INT8_GEMM = Kernel("int4_int8_gemm", _VNNI_FLAGS)
 INT8_INT8_GEMM = Kernel("int8_int8_gemm", _VNNI_FLAGS)
 PAGED_DECODE_ATTENTION = Kernel("paged_decode_attention", _BASE_FLAGS)
 BLOCK_DEQUANTIZE = Kernel("block_dequantize", ())
-KERNELS = (INT4_INT8_GEMM, INT8_INT8_GEMM, PAGED_DECODE_ATTENTION, BLOCK_DEQUANTIZE)
+GROUPED_LORA = Kernel("grouped_lora", _BASE_FLAGS)
+KERNELS = (INT4_INT8_GEMM, INT8_INT8_GEMM, PAGED_DECODE_ATTENTION, BLOCK_DEQUANTIZE, GROUPED_LORA)
 """Every kernel: `python -m npu_ops.cpu_kernels` (run by setup.sh) compiles those this host can
 run, so a first `serve run` does not wait for them."""
 
@@ -152,14 +156,19 @@ def _block_dequantize_fake(
     return None
 
 
+def _grouped_lora_fake(y: torch.Tensor, *args: torch.Tensor) -> None:
+    return None  # it writes `y`
+
+
 _FAKES = {
     "block_dequantize": _block_dequantize_fake,
+    "grouped_lora": _grouped_lora_fake,
     "int4_int8_gemm": _packed_gemm_fake,
     "int8_int8_gemm": _packed_gemm_fake,
     "paged_decode_attention": _paged_decode_attention_fake,
 }
 """Per operator, its output's shape and dtype (float32, as the C++ code returns; none where the
-operator writes into its `out` argument)."""
+operator writes into an argument: `out`, or `y` for `grouped_lora`)."""
 
 
 def int4_int8_gemm(

@@ -19,7 +19,7 @@
 | fp8_block_matmul | `quant.fp8_block_matmul` | `npu_quant_matmul`***** | `scaled_mm`****** |
 | mxfp4_matmul | `quant.mxfp4_matmul` | `npu_quant_matmul`***** | — |
 | mxfp4_grouped_matmul | `quant.mxfp4_grouped_matmul` | `npu_grouped_matmul`***** | — |
-| grouped_lora | `lora.grouped_lora` | the reference** | — |
+| grouped_lora | `lora.grouped_lora` | the reference** | —******** |
 | mla_prolog | `mla.mla_prolog` | `npu_mla_prolog_v2`*** | — |
 | mla_decode_attention | `mla.mla_decode_attention` | `npu_fused_infer_attention_score`*** | — |
 | kv_compress | `sparse_attention.kv_compress` | the reference**** | — |
@@ -50,13 +50,16 @@ activations, else the reference.
 deprecation in favour of `torch.nn.functional.layer_norm` (Ascend Extension for PyTorch API
 reference, https://hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000802.html),
 which torch_npu dispatches to the device's LayerNorm kernel.
+******** on cpu our own kernel (`npu_ops/cpu_kernels/grouped_lora.cpp`, implementation `cpu`,
+`npu_ops.ops.cpu_lora`): SGMV order, no work on other adapters' columns or a merged projection's
+zeros.
 
 The rule: each platform runs the first implementation registered for it, else the reference. CPU
 runs torch's fused kernel where torch has one that is faster than the reference (`F.rms_norm`: one
 kernel instead of six ops), our own kernel where we wrote one (`paged_decode_attention`,
-`npu_ops/cpu_kernels`; registered only on hosts whose CPU and toolchain can build it), else the
-reference. The references stay the oracle: every implementation is tested against its reference
-(`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"` serves with one.
+`grouped_lora`, `npu_ops/cpu_kernels`; registered only on hosts whose CPU and toolchain can build
+it), else the reference. The references stay the oracle: every implementation is tested against
+its reference (`tests/npu_ops`), and `ASCEND_ROUTER_OP_IMPL="rms_norm=reference"` serves with one.
 
 Which ops a serving step calls, per family, is in `docs/architecture.md` ("Ops on the serving
 path"); `engine.fused_layers` is where the model's modules call them.
@@ -64,11 +67,17 @@ path"); `engine.fused_layers` is where the model's modules call them.
 
 from __future__ import annotations
 
-from npu_ops.cpu_kernels import BLOCK_DEQUANTIZE, PAGED_DECODE_ATTENTION, unavailable
+from npu_ops.cpu_kernels import (
+    BLOCK_DEQUANTIZE,
+    GROUPED_LORA,
+    PAGED_DECODE_ATTENTION,
+    unavailable,
+)
 from npu_ops.ops import (
     activation,
     attention,
     cpu_attention,
+    cpu_lora,
     cpu_quant,
     cuda_fp8,
     encoder_attention,
@@ -189,6 +198,8 @@ def build_registry() -> OpRegistry:
         reg.register(
             "paged_decode_attention", "cpu", cpu_attention.paged_decode_attention, ("cpu",)
         )
+    if unavailable(GROUPED_LORA) is None:
+        reg.register("grouped_lora", "cpu", cpu_lora.grouped_lora, ("cpu",))
     return reg
 
 

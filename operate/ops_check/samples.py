@@ -200,10 +200,11 @@ def _lora_case(g: torch.Generator, s: OpShapes) -> tuple[Any, ...]:
     return (
         _randn(g, t, out, dtype=dt),
         _randn(g, t, h, dtype=dt),
-        torch.cat([_randn(g, h, r, dtype=dt, scale=h**-0.5) for r in ranks], dim=1),
+        torch.cat([_randn(g, r, h, dtype=dt, scale=h**-0.5) for r in ranks]),
         torch.cat([_randn(g, r, out, dtype=dt, scale=r**-0.5) for r in ranks]),
         row_ids,
         col_ids,
+        torch.tensor([[0, out]]).expand(sum(ranks), 2).contiguous(),
     )
 
 

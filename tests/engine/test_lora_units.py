@@ -57,9 +57,10 @@ def test_stacked_updates_equal_each_adapters_own_per_slice() -> None:
     ctx = ForwardContext(meta, torch.empty(0), torch.empty(0), lora=batch)
     with torch.no_grad(), forward_context(ctx):
         got = layer(x)
-        a, b, cols = layer._stacked(batch.lora_ids)  # adapter 3 is held but not stacked
+        a, bt, cols, spans = layer._stacked(batch.lora_ids)  # adapter 3 held, not stacked
     torch.testing.assert_close(got, want.reshape(2, 4, 12))
-    assert (a.shape, b.shape, cols.tolist()) == ((6, 4 + 4), (8, 12), [1] * 4 + [2] * 4)
+    assert (a.shape, bt.shape, cols.tolist()) == ((4 + 4, 6), (8, 12), [1] * 4 + [2] * 4)
+    assert spans.tolist() == [[0, 5]] * 2 + [[8, 12]] * 2 + [[5, 8]] * 4
 
 
 def test_patterns_and_scaling_follow_peft() -> None:

@@ -293,10 +293,13 @@ def test_grouped_lora_adds_each_rows_own_adapters_update() -> None:
     for row, i in enumerate(row_ids.tolist()):
         if i:
             want[row] += b[i] @ (a[i] @ x[row])
-    a_t, b_t = torch.cat([a[4], a[7]]).t(), torch.cat([b[4], b[7]], dim=1).t()
-    got = lora.grouped_lora(y, x, a_t, b_t, row_ids, col_ids)
+    stacked_a, b_t = torch.cat([a[4], a[7]]), torch.cat([b[4], b[7]], dim=1).t()
+    spans = torch.tensor([[0, 6]] * len(col_ids))
+    got = lora.grouped_lora(y, x, stacked_a, b_t, row_ids, col_ids, spans)
     torch.testing.assert_close(got, want)
-    fp32 = lora.grouped_lora(y.bfloat16(), x.bfloat16(), a_t.float(), b_t.float(), row_ids, col_ids)
+    fp32 = lora.grouped_lora(
+        y.bfloat16(), x.bfloat16(), stacked_a.float(), b_t.float(), row_ids, col_ids, spans
+    )
     assert fp32.dtype == torch.bfloat16  # computed in the adapters' dtype, returned in y's
     torch.testing.assert_close(fp32, want.bfloat16(), atol=0.1, rtol=0.05)
     assert not torch.equal(got, y), "y itself is left as it was"

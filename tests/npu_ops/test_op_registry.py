@@ -8,7 +8,12 @@ import pytest
 
 import npu_ops.ops as ops_pkg
 from configs import envs
-from npu_ops.cpu_kernels import BLOCK_DEQUANTIZE, PAGED_DECODE_ATTENTION, unavailable
+from npu_ops.cpu_kernels import (
+    BLOCK_DEQUANTIZE,
+    GROUPED_LORA,
+    PAGED_DECODE_ATTENTION,
+    unavailable,
+)
 from npu_ops.ops import REGISTRY
 from npu_ops.ops.registry import OpRegistry
 
@@ -38,6 +43,8 @@ def test_cpu_platform_runs_torch_norms_our_attention_and_references_otherwise() 
     ours = {"paged_decode_attention"} if unavailable(PAGED_DECODE_ATTENTION) is None else set()
     if unavailable(BLOCK_DEQUANTIZE) is None:
         ours |= {"fp8_block_matmul", "mxfp4_matmul", "mxfp4_grouped_matmul"}
+    if unavailable(GROUPED_LORA) is None:
+        ours.add("grouped_lora")
     assert {op for op, impl in chosen.items() if impl != "reference"} == {
         "rms_norm",
         "add_rms_norm",
