@@ -13,7 +13,7 @@ from engine.lora.batch import LoraBatch
 from engine.lora.invariant import add_rows_update
 from engine.parallel.layers import RowParallelLinear
 from npu_ops.ops import active_ops
-from npu_ops.ops.cpu_lora import KERNEL_DTYPES
+from npu_ops.ops.cpu_lora import KERNEL_DTYPES, runs_kernel
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class LoraLinear(nn.Module):
         return self._stack
 
     def _add_updates(self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch) -> torch.Tensor:
-        if self.batch_invariant and not self._kernel:
+        if self.batch_invariant and not self._kernel_runs(x, y):
             return self._add_updates_by_adapter(y, x, batch)
         stack = self._stacked(batch.lora_ids)
         if stack is None:
@@ -151,6 +151,16 @@ class LoraLinear(nn.Module):
         flat_y = y.reshape(-1, self.out_features)
         return self._ops.grouped_lora(flat_y, flat_x, a, bt, batch.row_ids, cols, spans).view(
             y.shape
+        )
+
+    def _kernel_runs(self, x: torch.Tensor, y: torch.Tensor) -> bool:
+        """Whether op `grouped_lora` runs the (batch-invariant) CPU kernel on this step."""
+        held = next(iter(self._weights.values()), None)
+        return (
+            self._kernel
+            and held is not None
+            and x.dtype == y.dtype
+            and runs_kernel(x.dtype, held[0].dtype)
         )
 
     def _add_updates_by_adapter(

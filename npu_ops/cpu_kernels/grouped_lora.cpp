@@ -6,7 +6,9 @@
 // y, x: [T, N] and [T, K], both float32 or both bfloat16; lora_a: [R, K] (the step's adapters'
 // A stacked along the rank); lora_b: [R, N] (their B transposed, the scaling folded in), zero
 // outside each rank column's output span; lora_a and lora_b both float32 or both bfloat16 (read
-// as float32: bfloat16 widens exactly); col_ids: int64 [R], the adapter of
+// as float32: bfloat16 widens exactly; on AVX512-BF16 the shrink of bfloat16 rows by bfloat16
+// adapters runs on vdpbf16ps, which flushes denormal inputs to zero, so its bits differ from
+// a host without it, each host batch invariant on its own); col_ids: int64 [R], the adapter of
 // each rank column; col_spans: int64 [R, 2], the output columns [start, stop) of each rank
 // column's slice. The op writes y (the base linear's output, a temporary of the caller's), so a
 // call allocates no [T, N] tensor: a new one per linear per step cost page faults (it is
@@ -118,7 +120,7 @@ __attribute__((target("avx512bf16"))) void dots_bf16(const at::BFloat16* const* 
     for (int j = 0; j < NC; ++j) acc[i * NC + j] = _mm512_reduce_add_ps(s[i][j]);
 }
 
-const bool kHasBf16Dot = __builtin_cpu_supports("avx512bf16");
+const bool kHasBf16Dot = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
 
 template <int NR, int NC, typename T, typename W>
 void shrink_tile(const T* const* x, const W* const* a, int64_t k, float* acc) {

@@ -15,6 +15,15 @@ from npu_ops.ops import lora
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 """The activations' and the adapters' dtypes the kernel reads (each pair alike)."""
+WIDENED_DTYPES = (torch.float16,)
+"""Activations the kernel computes on in float32, returned in their own dtype (the reference's
+rounding: float32 arithmetic, one cast at the end)."""
+
+
+def runs_kernel(activations: torch.dtype, adapters: torch.dtype) -> bool:
+    """Whether `grouped_lora` with these dtypes runs the kernel (else the reference): what
+    `LoraLinear` asks before relying on the kernel's batch invariance."""
+    return activations in KERNEL_DTYPES + WIDENED_DTYPES and adapters in KERNEL_DTYPES
 
 
 def grouped_lora(
@@ -26,25 +35,30 @@ def grouped_lora(
     col_ids: torch.Tensor,
     col_spans: torch.Tensor,
 ) -> torch.Tensor:
-    """Shapes and semantics as `npu_ops.ops.lora.grouped_lora`; the kernel writes the result into
-    `y` (when contiguous) and returns it. `y` and `x` both float32 or both bfloat16, and `lora_a`
-    and `lora_b` too, run the kernel; other dtypes run the reference.
+    """Shapes and semantics as `npu_ops.ops.lora.grouped_lora`, computed in float32 throughout
+    (the reference rounds its GEMMs to the adapters' dtype); the kernel writes the result into
+    `y` (when contiguous and of a dtype it reads) and returns it.
+
+    Dtypes (`runs_kernel`): activations float32 or bfloat16 run the kernel as they are, float16
+    in float32; adapters float32 or bfloat16, `lora_b` of `lora_a`'s dtype. Others run the
+    reference.
 
     Raises:
         RuntimeError: the kernel cannot be compiled or loaded on this host, or the shapes
             disagree.
     """
-    if (
-        y.dtype not in KERNEL_DTYPES
-        or x.dtype != y.dtype
-        or lora_a.dtype not in KERNEL_DTYPES
-        or lora_b.dtype != lora_a.dtype
-    ):
+    if x.dtype != y.dtype or lora_b.dtype != lora_a.dtype or not runs_kernel(y.dtype, lora_a.dtype):
         return lora.grouped_lora(y, x, lora_a, lora_b, row_ids, col_ids, col_spans)
     if not torch.compiler.is_compiling():
         load(GROUPED_LORA)
-    y = y.contiguous()
+    out = y.float() if y.dtype in WIDENED_DTYPES else y.contiguous()
     torch.ops.ascend_router.grouped_lora(
-        y, x.contiguous(), lora_a, lora_b, row_ids, col_ids, col_spans
+        out,
+        x.to(out.dtype).contiguous(),
+        lora_a.contiguous(),
+        lora_b.contiguous(),
+        row_ids.long(),
+        col_ids.long(),
+        col_spans.long().contiguous(),
     )
-    return y
+    return out.to(y.dtype)

@@ -64,13 +64,18 @@ def threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-# q/k/v of unequal widths; widths and an input that are not multiples of 16 (the vector tails)
-SHAPES = [(64, [(0, 64), (64, 80), (80, 96)]), (40, [(0, 37), (37, 70)])]
+# q/k/v of unequal widths; widths and inputs that are not multiples of 16 (the vector tails),
+# an input narrower than one vector, a slice of no columns
+SHAPES = [
+    (64, [(0, 64), (64, 80), (80, 96)]),
+    (40, [(0, 37), (37, 70)]),
+    (7, [(0, 5), (5, 5), (5, 131)]),
+]
 RANKS = {3: 8, 5: 3, 9: 16}  # ranks of 1 to 4 columns past a multiple of 4
 
 
 @pytest.mark.parametrize(("k", "slices"), SHAPES)
-@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("weights", [torch.float32, torch.bfloat16])
 def test_kernel_equals_the_reference(
     k: int, slices: list[tuple[int, int]], act: torch.dtype, weights: torch.dtype
@@ -90,7 +95,7 @@ def test_kernel_equals_the_reference(
         stack.spans,
     )
     assert got.dtype == act
-    tol = 1e-5 if act == torch.float32 else 2e-2
+    tol = 1e-5 if act == torch.float32 else 2e-2  # float16: computed in float32, cast once
     torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
     base = (row_ids == 0) | (row_ids == 7)
     assert torch.equal(got[base], y[base]), "a base row is left as it was, bit for bit"
@@ -122,6 +127,30 @@ def test_a_rows_bits_do_not_depend_on_its_step(act: torch.dtype, threads: None) 
     ), "rows in another order"
 
 
+def test_a_prefill_step_and_strided_inputs(threads: None) -> None:
+    k, slices = SHAPES[0]
+    stack = _stack(k, slices, RANKS).to(torch.bfloat16)
+    row_ids = torch.tensor([3] * 200 + [0] * 56 + [9] * 200 + [5] * 56)  # four sequences
+    x = torch.randn(512, 2 * k).bfloat16()[:, ::2]  # not contiguous
+    y = torch.randn(slices[-1][1], 512).bfloat16().t()
+    torch.set_num_threads(2)
+    got = cpu_lora.grouped_lora(y, x, stack.a, stack.bt, row_ids, stack.col_ids, stack.spans)
+    torch.set_num_threads(1)
+    assert torch.equal(_run(y.contiguous(), x.contiguous(), stack, row_ids), got)
+    want = lora.grouped_lora(
+        y.double(),
+        x.double(),
+        stack.a.double(),
+        stack.bt.double(),
+        row_ids,
+        stack.col_ids,
+        stack.spans,
+    )
+    torch.testing.assert_close(got.double(), want, atol=2e-2, rtol=2e-2)
+    empty = _run(y[:0], x[:0], stack, row_ids[:0])
+    assert empty.shape == (0, slices[-1][1])
+
+
 def test_an_adapters_columns_need_not_be_consecutive_in_the_stack() -> None:
     k, slices = SHAPES[0]
     stack = _stack(k, slices, {3: 8, 5: 4})
@@ -144,11 +173,11 @@ def test_the_kernel_writes_y_and_other_dtypes_run_the_reference() -> None:
     target = y.clone()
     out = cpu_lora.grouped_lora(target, x, stack.a, stack.bt, row_ids, stack.col_ids, stack.spans)
     assert out.data_ptr() == target.data_ptr()
-    half = cpu_lora.grouped_lora(
-        y.half(), x.half(), stack.a, stack.bt, row_ids, stack.col_ids, stack.spans
+    wide = cpu_lora.grouped_lora(
+        y.double(), x.double(), stack.a, stack.bt, row_ids, stack.col_ids, stack.spans
     )
-    assert half.dtype == torch.float16
-    torch.testing.assert_close(half.float(), out, atol=2e-2, rtol=2e-2)
+    assert wide.dtype == torch.float64  # the reference
+    torch.testing.assert_close(wide.float(), out)
 
 
 def test_bad_shapes_are_refused() -> None:
