@@ -25,6 +25,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include "avx512_lanes.h"
 #include "gil.h"
 
 #include <algorithm>
@@ -37,16 +38,6 @@ namespace {
 
 constexpr int64_t kBlock = 64;  // output columns per task of the expand
 
-inline __mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-
-inline __m512 load(const at::BFloat16* p, __mmask16 m) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
 
 inline void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
 

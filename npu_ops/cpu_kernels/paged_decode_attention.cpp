@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include "avx512_lanes.h"
 #include "gil.h"
 
 #include <c10/util/Half.h>
@@ -29,16 +30,7 @@
 
 namespace {
 
-inline __mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-
-inline __m512 load(const at::BFloat16* p, __mmask16 m) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+using ::load;  // float32 and bfloat16 (avx512_lanes.h), next to the 8-bit codes' below
 
 inline __m512 load(const int8_t* p, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));

@@ -57,6 +57,13 @@ def _run(y: torch.Tensor, x: torch.Tensor, stack: Stack, row_ids: torch.Tensor) 
     )
 
 
+def _float64_reference(
+    y: torch.Tensor, x: torch.Tensor, stack: Stack, row_ids: torch.Tensor
+) -> torch.Tensor:
+    a, bt = stack.a.double(), stack.bt.double()
+    return lora.grouped_lora(y.double(), x.double(), a, bt, row_ids, stack.col_ids, stack.spans)
+
+
 @pytest.fixture
 def threads() -> Iterator[None]:
     before = torch.get_num_threads()
@@ -85,15 +92,7 @@ def test_kernel_equals_the_reference(
     row_ids = torch.tensor([3, 0, 5, 5, 9, 3, 0, 9, 3, 7])  # 0 and 7: no columns, base rows
     x, y = torch.randn(10, k).to(act), torch.randn(10, n).to(act)
     got = _run(y, x, stack, row_ids)
-    want = lora.grouped_lora(
-        y.double(),
-        x.double(),
-        stack.a.double(),
-        stack.bt.double(),
-        row_ids,
-        stack.col_ids,
-        stack.spans,
-    )
+    want = _float64_reference(y, x, stack, row_ids)
     assert got.dtype == act
     tol = 1e-5 if act == torch.float32 else 2e-2  # float16: computed in float32, cast once
     torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
@@ -137,15 +136,7 @@ def test_a_prefill_step_and_strided_inputs(threads: None) -> None:
     got = cpu_lora.grouped_lora(y, x, stack.a, stack.bt, row_ids, stack.col_ids, stack.spans)
     torch.set_num_threads(1)
     assert torch.equal(_run(y.contiguous(), x.contiguous(), stack, row_ids), got)
-    want = lora.grouped_lora(
-        y.double(),
-        x.double(),
-        stack.a.double(),
-        stack.bt.double(),
-        row_ids,
-        stack.col_ids,
-        stack.spans,
-    )
+    want = _float64_reference(y, x, stack, row_ids)
     torch.testing.assert_close(got.double(), want, atol=2e-2, rtol=2e-2)
     empty = _run(y[:0], x[:0], stack, row_ids[:0])
     assert empty.shape == (0, slices[-1][1])
