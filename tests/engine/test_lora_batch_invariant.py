@@ -6,9 +6,11 @@ The engine runs the served settings (`configs/lora.yaml`'s engine, eager, plus
 activations and head, batch-1 steps on one thread) on the real SmolLM2 GGUF with the two
 adapters `ascend-router make-tiny-lora` writes (peft). Through the default path's GEMMs
 (a one-row GEMV alone, a GEMM together) lora-b's tokens diverged at the 9th token in every
-scenario below (lora-a's at the 7th or 14th on prompts without the chat template). The layer
-test pins the property on `LoraLinear` alone, with ranks 8, 13 and 16 and a float32 input (so
-every bit of the update shows), at every row count, adapter mix and thread count.
+scenario below (lora-a's at the 7th or 14th on prompts without the chat template). On CPUs
+with AVX512 the layer now runs op `grouped_lora`'s kernel, batch invariant by its own order of
+arithmetic; elsewhere `engine.lora.invariant`'s elementwise path. The layer test pins the
+property on `LoraLinear` alone, with ranks 8, 13 and 16 and float32, bfloat16 and float16 inputs,
+at every row count, adapter mix and thread count.
 """
 
 from __future__ import annotations
