@@ -85,9 +85,6 @@ class LoraLinear(nn.Module):
         self._stack: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._ops = active_ops()
         self._kernel = self._ops.impl_name("grouped_lora") == "cpu"
-        self._widened_on_cpu = {torch.float16, torch.bfloat16} - (
-            set(KERNEL_DTYPES) if self._kernel else set()
-        )
 
     def set_adapter(self, lora_id: int, weights: tuple[LoraWeights | None, ...]) -> None:
         """Hold an adapter's weights per slice (None: the adapter does not target it)."""
@@ -105,7 +102,8 @@ class LoraLinear(nn.Module):
             bt[col : col + rank, s.start : s.start + s.size] = w.b.t()
             spans[col : col + rank] = torch.tensor([s.start, s.start + s.size])
             col += rank
-        if a.device.type == "cpu" and a.dtype in self._widened_on_cpu:
+        read_as_is = self._kernel and a.dtype in KERNEL_DTYPES
+        if a.device.type == "cpu" and a.dtype in (torch.bfloat16, torch.float16) and not read_as_is:
             a, bt = a.float(), bt.float()  # small 16-bit GEMMs are 2-3x slower on CPUs
         self._weights[lora_id] = (a.contiguous(), bt.contiguous(), spans.to(a.device))
 
@@ -156,12 +154,7 @@ class LoraLinear(nn.Module):
     def _kernel_runs(self, x: torch.Tensor, y: torch.Tensor) -> bool:
         """Whether op `grouped_lora` runs the (batch-invariant) CPU kernel on this step."""
         held = next(iter(self._weights.values()), None)
-        return (
-            self._kernel
-            and held is not None
-            and x.dtype == y.dtype
-            and runs_kernel(x.dtype, held[0].dtype)
-        )
+        return self._kernel and held is not None and runs_kernel(y.dtype, x.dtype, held[0].dtype)
 
     def _add_updates_by_adapter(
         self, y: torch.Tensor, x: torch.Tensor, batch: LoraBatch

@@ -132,16 +132,16 @@ struct Part {
 };
 
 template <int NR, typename T, typename W>
-void expand_tile(const int64_t* rows, const float* const* hr, const std::vector<Part>& parts,
-                 const W* b, int64_t n, int64_t o0, int64_t o1, T* y) {
+void expand_tile(const int64_t* rows, const float* const* hr, const Part* parts,
+                 const Part* parts_end, const W* b, int64_t n, int64_t o0, int64_t o1, T* y) {
   for (int v = 0; v < kBlock / 16 && o0 + 16 * v < o1; ++v) {
     __m512 d[NR];
     for (int i = 0; i < NR; ++i) d[i] = _mm512_setzero_ps();
-    for (const Part& p : parts) {
-      if (p.m[v] == 0) continue;
+    for (const Part* p = parts; p != parts_end; ++p) {
+      if (p->m[v] == 0) continue;
       const W* bc = b + o0 + 16 * v;
-      for (int64_t c = p.c0; c < p.c1; ++c) {
-        const __m512 bv = load(bc + c * n, p.m[v]);  // zero outside the part
+      for (int64_t c = p->c0; c < p->c1; ++c) {
+        const __m512 bv = load(bc + c * n, p->m[v]);  // zero outside the part
         for (int i = 0; i < NR; ++i) d[i] = _mm512_fmadd_ps(_mm512_set1_ps(hr[i][c]), bv, d[i]);
       }
     }
@@ -183,25 +183,28 @@ void run(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& lo
     if (at < static_cast<int64_t>(adapters.size())) rows_of[at].push_back(i);
   }
 
-  // Per adapter and block of kBlock output columns, the runs of its consecutive rank columns
-  // with one output span (one slice each) that reach into the block, with their lane masks.
+  // Per adapter with rows and block of kBlock output columns, the runs of its consecutive rank
+  // columns with one output span (one slice each) that reach into the block, with their lane
+  // masks: parts[first[at * blocks + blk] .. first[at * blocks + blk + 1]), in one allocation.
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<std::vector<std::vector<Part>>> parts(adapters.size());
+  std::vector<Part> parts;
+  std::vector<size_t> first(adapters.size() * blocks + 1);
   std::vector<std::pair<size_t, size_t>> tasks;  // (adapter, its first row of the task)
   for (size_t at = 0; at < adapters.size(); ++at) {
-    if (rows_of[at].empty()) continue;
-    for (size_t i = 0; i < rows_of[at].size(); i += 4) tasks.emplace_back(at, i);
     std::vector<std::array<int64_t, 4>> segments;  // c0, c1, span start, span stop
-    for (int64_t c : cols_of[at]) {
-      if (!segments.empty() && segments.back()[1] == c && segments.back()[2] == span[2 * c] &&
-          segments.back()[3] == span[2 * c + 1]) {
-        ++segments.back()[1];
-      } else {
-        segments.push_back({c, c + 1, span[2 * c], span[2 * c + 1]});
+    if (!rows_of[at].empty()) {
+      for (size_t i = 0; i < rows_of[at].size(); i += 4) tasks.emplace_back(at, i);
+      for (int64_t c : cols_of[at]) {
+        if (!segments.empty() && segments.back()[1] == c && segments.back()[2] == span[2 * c] &&
+            segments.back()[3] == span[2 * c + 1]) {
+          ++segments.back()[1];
+        } else {
+          segments.push_back({c, c + 1, span[2 * c], span[2 * c + 1]});
+        }
       }
     }
-    parts[at].resize(blocks);
     for (int64_t blk = 0; blk < blocks; ++blk) {
+      first[at * blocks + blk] = parts.size();
       const int64_t o0 = blk * kBlock, o1 = std::min(n, o0 + kBlock);
       for (const auto& sg : segments) {
         const int64_t s0 = std::max(o0, sg[2]), s1 = std::min(o1, sg[3]);
@@ -211,10 +214,11 @@ void run(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& lo
           const int64_t lo = std::max(s0, o0 + 16 * v), hi = std::min(s1, o0 + 16 * v + 16);
           p.m[v] = lo < hi ? static_cast<__mmask16>(tail_mask(hi - lo) << (lo - o0 - 16 * v)) : 0;
         }
-        parts[at][blk].push_back(p);
+        parts.push_back(p);
       }
     }
   }
+  first.back() = parts.size();
   if (tasks.empty()) return;
 
   // One task per adapter and up to 4 of its rows: the shrink h[i, c] = x[i] . A[c] over the
@@ -252,9 +256,12 @@ void run(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& lo
         // The next block's piece of B's rows, into the cache while this one computes: one or
         // two cache lines per row, kBlock * sizeof(W) after the last, too short a run for the
         // hardware prefetchers.
+        const Part* here = parts.data() + first[at * blocks + blk];
+        const Part* next_block = parts.data() + first[at * blocks + blk + 1];
         if (blk + 1 < blocks) {
-          for (const Part& p : parts[at][blk + 1]) {
-            for (int64_t c = p.c0; c < p.c1; ++c) {
+          const Part* next_end = parts.data() + first[at * blocks + blk + 2];
+          for (const Part* p = next_block; p != next_end; ++p) {
+            for (int64_t c = p->c0; c < p->c1; ++c) {
               const char* next = reinterpret_cast<const char*>(bp + c * n + o1);
               for (size_t line = 0; line < kBlock * sizeof(W); line += 64) {
                 _mm_prefetch(next + line, _MM_HINT_T0);
@@ -263,7 +270,7 @@ void run(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& lo
           }
         }
         with_count(nr, [&](auto nrc) {
-          expand_tile<decltype(nrc)::value>(own, hr, parts[at][blk], bp, n, o0, o1, yp);
+          expand_tile<decltype(nrc)::value>(own, hr, here, next_block, bp, n, o0, o1, yp);
         });
       }
     }
@@ -272,9 +279,8 @@ void run(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& lo
 
 }  // namespace
 
-void grouped_lora_(torch::Tensor y, torch::Tensor x, torch::Tensor lora_a,
-                           torch::Tensor lora_b, torch::Tensor row_ids, torch::Tensor col_ids,
-                           torch::Tensor col_spans) {
+void grouped_lora_(torch::Tensor y, torch::Tensor x, torch::Tensor lora_a, torch::Tensor lora_b,
+                   torch::Tensor row_ids, torch::Tensor col_ids, torch::Tensor col_spans) {
   TORCH_CHECK(y.dim() == 2 && x.dim() == 2 && y.size(0) == x.size(0), "y, x: [T, N], [T, K]");
   TORCH_CHECK(y.scalar_type() == x.scalar_type() &&
                   (y.scalar_type() == torch::kFloat32 || y.scalar_type() == torch::kBFloat16),

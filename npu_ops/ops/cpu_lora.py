@@ -20,10 +20,11 @@ WIDENED_DTYPES = (torch.float16,)
 rounding: float32 arithmetic, one cast at the end)."""
 
 
-def runs_kernel(activations: torch.dtype, adapters: torch.dtype) -> bool:
-    """Whether `grouped_lora` with these dtypes runs the kernel (else the reference): what
-    `LoraLinear` asks before relying on the kernel's batch invariance."""
-    return activations in KERNEL_DTYPES + WIDENED_DTYPES and adapters in KERNEL_DTYPES
+def runs_kernel(y: torch.dtype, x: torch.dtype, adapters: torch.dtype) -> bool:
+    """Whether `grouped_lora` with these dtypes (`y`'s, `x`'s, `lora_a`'s and `lora_b`'s) runs
+    the kernel, else the reference: what `LoraLinear` asks before relying on the kernel's batch
+    invariance."""
+    return y == x and y in KERNEL_DTYPES + WIDENED_DTYPES and adapters in KERNEL_DTYPES
 
 
 def grouped_lora(
@@ -47,7 +48,7 @@ def grouped_lora(
         RuntimeError: the kernel cannot be compiled or loaded on this host, or the shapes
             disagree.
     """
-    if x.dtype != y.dtype or lora_b.dtype != lora_a.dtype or not runs_kernel(y.dtype, lora_a.dtype):
+    if lora_b.dtype != lora_a.dtype or not runs_kernel(y.dtype, x.dtype, lora_a.dtype):
         return lora.grouped_lora(y, x, lora_a, lora_b, row_ids, col_ids, col_spans)
     if not torch.compiler.is_compiling():
         load(GROUPED_LORA)

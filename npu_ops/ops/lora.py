@@ -23,8 +23,8 @@ def grouped_lora(
 
     `h = x @ lora_a^T` holds every adapter's shrink of every row; the entries of a column whose
     adapter is not the row's are zeroed, then `y + h @ lora_b` adds each row's expansion. Both
-    GEMMs run in the adapters' dtype (`LoraLinear` keeps them in float32 on CPUs, where small
-    bfloat16 GEMMs are 2-3x slower), the sum is returned in `y`'s.
+    GEMMs run in the adapters' dtype (on CPUs without the `cpu` kernel `LoraLinear` keeps them in
+    float32, as small bfloat16 GEMMs are 2-3x slower there), the sum is returned in `y`'s.
     Rows whose id matches no column (the base model's) are left as they are, so a step pays
     for the adapters stacked (those present in it), not for every adapter loaded.
 
